@@ -1,0 +1,62 @@
+// Grouped-query attention over a paged KV cache (BlockPool + block tables).
+//
+// Query head j reads KV group g(j) = j / kv_mul, kv_mul = n_heads /
+// n_kv_heads; one pass over a group's K/V serves all kv_mul heads of the
+// group. Scores are scaled by 1/sqrt(head_dim).
+//
+// Thread-safety: an instance is used by one thread at a time (the engine
+// thread); it parallelises internally with OpenMP.
+#ifndef KVSERVE_CORE_ATTENTION_GQA_ATTENTION_H_
+#define KVSERVE_CORE_ATTENTION_GQA_ATTENTION_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/kv/block_pool.h"
+
+namespace kvserve {
+
+// One sequence's view of the cache: its block table and how many positions
+// are valid (for decode: the context including the new token).
+struct SeqKv {
+  absl::Span<const int32_t> blocks;
+  int64_t n_ctx = 0;
+};
+
+struct GqaAttentionOptions {
+  int n_heads = 0;  // query heads; the pool gives n_kv_heads and head_dim
+};
+
+class GqaAttention {
+ public:
+  // INVALID_ARGUMENT when n_heads is not a positive multiple of the pool's
+  // n_kv_heads.
+  static absl::StatusOr<std::unique_ptr<GqaAttention>> Create(
+      const BlockPool* pool, const GqaAttentionOptions& options);
+  ~GqaAttention();
+
+  // One new query per sequence: sequence b attends to its positions
+  // [0, seqs[b].n_ctx) of `layer`.
+  // q, out: [seqs.size()][n_heads][head_dim] f32.
+  void GqaDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
+                 float* out);
+
+  // A chunk of n_new queries of one sequence at positions
+  // [start_pos, start_pos + n_new); query i attends causally to positions
+  // [0, start_pos + i]. Their K/V must already be written.
+  // REQUIRES: seq.n_ctx >= start_pos + n_new.
+  // q, out: [n_new][n_heads][head_dim] f32.
+  void GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos,
+                  int64_t n_new, const float* q, float* out);
+
+ private:
+  struct Impl;
+  explicit GqaAttention(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_ATTENTION_GQA_ATTENTION_H_

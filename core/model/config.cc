@@ -1,0 +1,49 @@
+#include "core/model/config.h"
+
+#include "absl/strings/str_format.h"
+
+namespace kvserve {
+
+std::string_view DTypeName(DType t) {
+  return t == DType::kF32 ? "f32" : "bf16";
+}
+
+absl::StatusOr<DType> ParseDType(std::string_view name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown dtype \"%s\" (expected f32 or bf16)", name));
+}
+
+absl::Status ModelConfig::Validate() const {
+  auto positive = [](const char* name, int v) -> absl::Status {
+    if (v > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model config: %s must be positive, got %d", name, v));
+  };
+  for (auto [name, v] : {std::pair{"n_layers", n_layers}, {"dim", dim},
+                         {"hidden_dim", hidden_dim}, {"n_heads", n_heads},
+                         {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
+                         {"vocab_size", vocab_size},
+                         {"context_length", context_length}}) {
+    if (absl::Status s = positive(name, v); !s.ok()) return s;
+  }
+  if (n_heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model config: n_heads (%d) is not a multiple of n_kv_heads (%d)",
+        n_heads, n_kv_heads));
+  }
+  if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0 ||
+      head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model config: rope_dim %d must be even and at most head_dim %d",
+        rope_dim, head_dim));
+  }
+  if (!(norm_eps > 0) || !(rope_theta > 0)) {
+    return absl::InvalidArgumentError(
+        "model config: norm_eps and rope_theta must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve

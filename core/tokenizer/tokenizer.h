@@ -1,0 +1,45 @@
+// Tokenizer: text <-> token ids with a model's own vocabulary.
+//
+// Thread-safety: immutable after construction; safe to share across threads.
+#ifndef KVSERVE_CORE_TOKENIZER_TOKENIZER_H_
+#define KVSERVE_CORE_TOKENIZER_TOKENIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvserve {
+
+struct EncodeOptions {
+  // Prepend BOS (when the vocabulary has one and the model asks for it).
+  bool add_bos = true;
+  // SentencePiece's dummy-prefix space before non-empty text. A session's
+  // later turns are encoded without it (and without BOS).
+  bool add_dummy_prefix = true;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  virtual std::vector<int32_t> Encode(std::string_view text,
+                                      const EncodeOptions& options) const = 0;
+
+  // The bytes token `id` stands for when it follows `prev_id` (a leading
+  // space is dropped after BOS; byte tokens <0xNN> become the raw byte;
+  // control tokens decode to nothing). Not necessarily valid UTF-8: feed it
+  // through Utf8StreamDecoder.
+  virtual std::string DecodeToken(int32_t prev_id, int32_t id) const = 0;
+
+  // The token's vocabulary entry as text, for display ("<s>", "▁Once").
+  virtual std::string Piece(int32_t id) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 when none
+  virtual int32_t eos_id() const = 0;  // -1 when none
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_TOKENIZER_TOKENIZER_H_
