@@ -1,0 +1,294 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve {
+namespace {
+
+constexpr absl::Duration kDefaultUnaryTimeout = absl::Seconds(30);
+// Large enough for the token history of any context GetSession returns.
+constexpr int kMaxReceiveMessageBytes = 64 << 20;
+
+void PrepareContext(grpc::ClientContext* context, const CallOptions& options,
+                    absl::string_view session_id,
+                    absl::Duration default_timeout) {
+  const absl::Duration timeout = options.timeout.value_or(default_timeout);
+  // Beyond a year a deadline means "none" (and avoids clock overflow).
+  if (timeout < absl::Hours(24 * 365)) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          absl::ToChronoNanoseconds(timeout));
+  }
+  context->set_wait_for_ready(options.wait_for_ready);
+  if (!session_id.empty()) {
+    context->AddMetadata(kSessionIdMetadataKey, std::string(session_id));
+  }
+}
+
+}  // namespace
+
+// Attaches a context to a Cancellation for the scope of one call.
+class CancellationScope {
+ public:
+  CancellationScope(Cancellation* cancellation, grpc::ClientContext* context)
+      : cancellation_(cancellation), context_(context) {
+    attached_ = cancellation_ == nullptr || cancellation_->Attach(context_);
+  }
+  ~CancellationScope() {
+    if (cancellation_ != nullptr && attached_) cancellation_->Detach(context_);
+  }
+  CancellationScope(const CancellationScope&) = delete;
+  CancellationScope& operator=(const CancellationScope&) = delete;
+
+  // False when the Cancellation had fired before the call started.
+  bool attached() const { return attached_; }
+
+ private:
+  Cancellation* cancellation_;
+  grpc::ClientContext* context_;
+  bool attached_ = false;
+};
+
+void Cancellation::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : contexts_) context->TryCancel();
+}
+
+bool Cancellation::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+bool Cancellation::Attach(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  contexts_.push_back(context);
+  return true;
+}
+
+void Cancellation::Detach(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), context),
+                  contexts_.end());
+}
+
+absl::string_view ServingStatusName(ServingStatus status) {
+  return status == ServingStatus::kServing ? "SERVING" : "NOT_SERVING";
+}
+
+absl::string_view FinishReasonName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_EOS:
+      return "eos";
+    case v1::FINISH_REASON_CONTEXT_FULL:
+      return "context_full";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return "unspecified";
+  }
+}
+
+absl::Status ToAbslStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  // grpc::StatusCode and absl::StatusCode share the canonical code numbers.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    absl::string_view address) {
+  if (address.empty()) {
+    return absl::InvalidArgumentError("empty server address");
+  }
+  if (address.find_first_of(" \t\r\n") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid server address \"", address, "\""));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      std::string(address), grpc::InsecureChannelCredentials(), args);
+  if (channel == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a channel to ", address));
+  }
+  return std::make_unique<Client>(std::move(channel));
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)),
+      inference_(v1::Inference::NewStub(channel_)),
+      health_(::grpc::health::v1::Health::NewStub(channel_)) {}
+
+template <typename Response, typename Call>
+absl::StatusOr<Response> Client::Unary(const CallOptions& options,
+                                       absl::string_view session_id,
+                                       Call&& call) {
+  grpc::ClientContext context;
+  PrepareContext(&context, options, session_id, kDefaultUnaryTimeout);
+  CancellationScope scope(options.cancellation, &context);
+  if (!scope.attached()) {
+    return absl::CancelledError("cancelled before the call started");
+  }
+  Response response;
+  grpc::Status status = call(&context, &response);
+  if (!status.ok()) return ToAbslStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options) {
+  return Unary<v1::ModelInfo>(
+      options, "", [&](grpc::ClientContext* context, v1::ModelInfo* response) {
+        return inference_->GetModelInfo(context, v1::GetModelInfoRequest(),
+                                        response);
+      });
+}
+
+absl::StatusOr<v1::Session> Client::CreateSession(
+    const v1::CreateSessionRequest& request, const CallOptions& options) {
+  return Unary<v1::Session>(
+      options, "", [&](grpc::ClientContext* context, v1::Session* response) {
+        return inference_->CreateSession(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::Session> Client::GetSession(
+    const v1::GetSessionRequest& request, const CallOptions& options) {
+  return Unary<v1::Session>(
+      options, request.session_id(),
+      [&](grpc::ClientContext* context, v1::Session* response) {
+        return inference_->GetSession(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(
+    const v1::ListSessionsRequest& request, const CallOptions& options) {
+  return Unary<v1::ListSessionsResponse>(
+      options, "",
+      [&](grpc::ClientContext* context, v1::ListSessionsResponse* response) {
+        return inference_->ListSessions(context, request, response);
+      });
+}
+
+absl::Status Client::DeleteSession(const v1::DeleteSessionRequest& request,
+                                   const CallOptions& options) {
+  return Unary<v1::DeleteSessionResponse>(
+             options, request.session_id(),
+             [&](grpc::ClientContext* context,
+                 v1::DeleteSessionResponse* response) {
+               return inference_->DeleteSession(context, request, response);
+             })
+      .status();
+}
+
+absl::StatusOr<v1::Session> Client::ForkSession(
+    const v1::ForkSessionRequest& request, const CallOptions& options) {
+  return Unary<v1::Session>(
+      options, request.session_id(),
+      [&](grpc::ClientContext* context, v1::Session* response) {
+        return inference_->ForkSession(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::Session> Client::TruncateSession(
+    const v1::TruncateSessionRequest& request, const CallOptions& options) {
+  return Unary<v1::Session>(
+      options, request.session_id(),
+      [&](grpc::ClientContext* context, v1::Session* response) {
+        return inference_->TruncateSession(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::AppendResponse> Client::Append(
+    const v1::AppendRequest& request, const CallOptions& options) {
+  return Unary<v1::AppendResponse>(
+      options, request.session_id(),
+      [&](grpc::ClientContext* context, v1::AppendResponse* response) {
+        return inference_->Append(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(
+    const v1::TokenizeRequest& request, const CallOptions& options) {
+  return Unary<v1::TokenizeResponse>(
+      options, "",
+      [&](grpc::ClientContext* context, v1::TokenizeResponse* response) {
+        return inference_->Tokenize(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::DetokenizeResponse> Client::Detokenize(
+    const v1::DetokenizeRequest& request, const CallOptions& options) {
+  return Unary<v1::DetokenizeResponse>(
+      options, "",
+      [&](grpc::ClientContext* context, v1::DetokenizeResponse* response) {
+        return inference_->Detokenize(context, request, response);
+      });
+}
+
+absl::StatusOr<ServingStatus> Client::Health(const CallOptions& options) {
+  using ::grpc::health::v1::HealthCheckResponse;
+  absl::StatusOr<HealthCheckResponse> response = Unary<HealthCheckResponse>(
+      options, "", [&](grpc::ClientContext* context, HealthCheckResponse* out) {
+        return health_->Check(context, ::grpc::health::v1::HealthCheckRequest(),
+                              out);
+      });
+  if (!response.ok()) return response.status();
+  return response->status() == HealthCheckResponse::SERVING
+             ? ServingStatus::kServing
+             : ServingStatus::kNotServing;
+}
+
+absl::StatusOr<v1::GenerateFinal> Client::Generate(
+    const v1::GenerateRequest& request, const TokenCallback& on_token,
+    const CallOptions& options) {
+  grpc::ClientContext context;
+  PrepareContext(&context, options, request.session_id(),
+                 absl::InfiniteDuration());
+  CancellationScope scope(options.cancellation, &context);
+  if (!scope.attached()) {
+    return absl::CancelledError("cancelled before the call started");
+  }
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      inference_->Generate(&context, request);
+  v1::GenerateResponse response;
+  std::optional<v1::GenerateFinal> final_message;
+  bool cancelled_by_callback = false;
+  while (reader->Read(&response)) {
+    if (response.has_token()) {
+      if (on_token && !on_token(response.token())) {
+        cancelled_by_callback = true;
+        context.TryCancel();
+        break;
+      }
+    } else if (response.has_final()) {
+      final_message = std::move(*response.mutable_final());
+    }
+  }
+  // After a cancel the stream ends promptly; drain it so Finish never waits
+  // on unread messages.
+  while (cancelled_by_callback && reader->Read(&response)) {
+  }
+  const grpc::Status status = reader->Finish();
+  if (cancelled_by_callback) {
+    return absl::CancelledError("cancelled by the token callback");
+  }
+  if (!status.ok()) return ToAbslStatus(status);
+  if (!final_message.has_value()) {
+    return absl::InternalError("the stream ended without a final message");
+  }
+  return *std::move(final_message);
+}
+
+}  // namespace kvserve
