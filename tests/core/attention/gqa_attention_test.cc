@@ -1,0 +1,306 @@
+#include "core/attention/gqa_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/kv/bf16.h"
+#include "core/kv/block_table.h"
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+constexpr int kLayers = 2;
+constexpr int kLayer = 1;  // the layer under test; layer 0 holds decoys
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Shape {
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int block_tokens;
+  DType dtype;
+};
+
+std::string Name(const Shape& s) {
+  return absl::StrFormat("heads%d_kv%d_d%d_bt%d_%s", s.n_heads, s.n_kv_heads,
+                         s.head_dim, s.block_tokens, DTypeName(s.dtype));
+}
+
+// A pool with sequences of random K/V and a copy of layer kLayer's values
+// as stored (bf16-rounded when the pool is bf16), for the reference.
+class Cache {
+ public:
+  Cache(const Shape& shape, int64_t capacity_tokens, uint32_t seed)
+      : shape_(shape), rng_(seed) {
+    BlockPoolOptions o;
+    o.n_layers = kLayers;
+    o.n_kv_heads = shape.n_kv_heads;
+    o.head_dim = shape.head_dim;
+    o.block_tokens = shape.block_tokens;
+    o.dtype = shape.dtype;
+    o.capacity_bytes = capacity_tokens * 2 * kLayers * shape.n_kv_heads *
+                       shape.head_dim * DTypeSize(shape.dtype);
+    pool_ = std::move(BlockPool::Create(o)).value();
+  }
+
+  BlockPool* pool() { return pool_.get(); }
+  int kv_dim() const { return shape_.n_kv_heads * shape_.head_dim; }
+
+  // A new sequence of `len` random positions; returns its index.
+  int Add(int64_t len) {
+    tables_.emplace_back(pool_.get());
+    k_.emplace_back();
+    v_.emplace_back();
+    Grow(static_cast<int>(tables_.size()) - 1, len);
+    return static_cast<int>(tables_.size()) - 1;
+  }
+
+  // A sequence sharing the first `keep` positions of `src`, then `extra`
+  // fresh ones.
+  int Fork(int src, int64_t keep, int64_t extra) {
+    tables_.push_back(tables_[src].Fork());
+    tables_.back().Truncate(keep);
+    k_.push_back(
+        std::vector<float>(k_[src].begin(), k_[src].begin() + keep * kv_dim()));
+    v_.push_back(
+        std::vector<float>(v_[src].begin(), v_[src].begin() + keep * kv_dim()));
+    const int idx = static_cast<int>(tables_.size()) - 1;
+    Grow(idx, keep + extra);
+    return idx;
+  }
+
+  void Grow(int seq, int64_t len) {
+    BlockTable& t = tables_[seq];
+    const int64_t from = t.num_tokens();
+    ASSERT_TRUE(t.Extend(len).ok());
+    std::normal_distribution<float> normal;
+    std::vector<float> k(kv_dim()), v(kv_dim());
+    for (int64_t pos = from; pos < len; ++pos) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        for (int i = 0; i < kv_dim(); ++i) {
+          k[i] = normal(rng_);
+          v[i] = normal(rng_);
+        }
+        if (layer == kLayer) {
+          for (int i = 0; i < kv_dim(); ++i) {
+            k_[seq].push_back(Stored(k[i]));
+            v_[seq].push_back(Stored(v[i]));
+          }
+        } else {  // decoys far from the real values
+          for (int i = 0; i < kv_dim(); ++i) v[i] += 1000.0f;
+        }
+        t.WriteKv(layer, pos, k.data(), v.data());
+      }
+    }
+  }
+
+  SeqKv View(int seq, int64_t n_ctx) const {
+    return SeqKv{tables_[seq].blocks(), n_ctx};
+  }
+
+  std::vector<float> Random(int64_t n) {
+    std::normal_distribution<float> normal;
+    std::vector<float> x(n);
+    for (float& f : x) f = normal(rng_);
+    return x;
+  }
+
+  // softmax(q·K[0, n_ctx)ᵀ / sqrt(d)) · V for query head `head`, in double.
+  std::vector<double> Reference(int seq, int64_t n_ctx, int head,
+                                const float* q) const {
+    const int d_dim = shape_.head_dim;
+    const int g = head / (shape_.n_heads / shape_.n_kv_heads);
+    std::vector<double> s(n_ctx);
+    double m = -INFINITY;
+    for (int64_t t = 0; t < n_ctx; ++t) {
+      const float* k = &k_[seq][t * kv_dim() + g * d_dim];
+      double dot = 0;
+      for (int d = 0; d < d_dim; ++d) dot += double{q[d]} * k[d];
+      s[t] = dot / std::sqrt(double{1.0} * d_dim);
+      m = std::max(m, s[t]);
+    }
+    double l = 0;
+    std::vector<double> out(d_dim, 0.0);
+    for (int64_t t = 0; t < n_ctx; ++t) {
+      const double p = std::exp(s[t] - m);
+      l += p;
+      const float* v = &v_[seq][t * kv_dim() + g * d_dim];
+      for (int d = 0; d < d_dim; ++d) out[d] += p * v[d];
+    }
+    for (double& o : out) o /= l;
+    return out;
+  }
+
+ private:
+  float Stored(float x) const {
+    return shape_.dtype == DType::kF32 ? x : Bf16ToFloat(FloatToBf16(x));
+  }
+
+  Shape shape_;
+  std::mt19937 rng_;
+  std::unique_ptr<BlockPool> pool_;
+  std::vector<BlockTable> tables_;
+  std::vector<std::vector<float>> k_;  // [seq][pos][kv_head][head_dim]
+  std::vector<std::vector<float>> v_;
+};
+
+double Tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-5 : 1e-2; }
+
+// ‖out − ref‖ / ‖ref‖ accumulated over rows.
+class ErrorNorm {
+ public:
+  void Add(const float* out, const std::vector<double>& ref) {
+    for (size_t i = 0; i < ref.size(); ++i) {
+      diff_ += (out[i] - ref[i]) * (out[i] - ref[i]);
+      norm_ += ref[i] * ref[i];
+    }
+  }
+  double Relative() const { return std::sqrt(diff_ / norm_); }
+
+ private:
+  double diff_ = 0;
+  double norm_ = 0;
+};
+
+std::unique_ptr<GqaAttention> MakeAttention(const BlockPool* pool,
+                                            const Shape& s) {
+  GqaAttentionOptions o;
+  o.n_heads = s.n_heads;
+  auto a = GqaAttention::Create(pool, o);
+  EXPECT_TRUE(a.ok()) << a.status();
+  return std::move(*a);
+}
+
+// Runs GqaDecode on `seqs` (index, n_ctx) and checks every row.
+void CheckDecode(Cache& cache, GqaAttention& attention, const Shape& shape,
+                 const std::vector<std::pair<int, int64_t>>& seqs) {
+  const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+  std::vector<SeqKv> views;
+  for (auto [seq, n_ctx] : seqs) views.push_back(cache.View(seq, n_ctx));
+  std::vector<float> q = cache.Random(seqs.size() * row);
+  std::vector<float> out(q.size(), kNaN);
+  attention.GqaDecode(kLayer, views, q.data(), out.data());
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    ErrorNorm err;
+    for (int h = 0; h < shape.n_heads; ++h) {
+      const int64_t at = b * row + int64_t{h} * shape.head_dim;
+      err.Add(&out[at],
+              cache.Reference(seqs[b].first, seqs[b].second, h, &q[at]));
+    }
+    EXPECT_LT(err.Relative(), Tolerance(shape.dtype))
+        << Name(shape) << " seq " << b << " n_ctx " << seqs[b].second;
+  }
+}
+
+class DecodeTest : public ::testing::TestWithParam<
+                       std::tuple<int /*kv_mul*/, int /*head_dim*/, DType>> {
+ protected:
+  Shape GetShape() const {
+    auto [kv_mul, head_dim, dtype] = GetParam();
+    return Shape{8, 8 / kv_mul, head_dim, 16, dtype};
+  }
+};
+
+TEST_P(DecodeTest, MixedBatchAndSingleSequences) {
+  const Shape shape = GetShape();
+  const int bt = shape.block_tokens;
+  const std::vector<int64_t> lengths = {1, bt - 1, bt, bt + 1, 1000, 5000};
+  Cache cache(shape, 2 * 6200, 1234 + shape.head_dim + shape.n_kv_heads);
+  auto attention = MakeAttention(cache.pool(), shape);
+  std::vector<std::pair<int, int64_t>> batch;
+  for (int64_t len : lengths) batch.push_back({cache.Add(len), len});
+  // A context shorter than the table: positions past n_ctx are ignored.
+  batch.push_back({cache.Add(bt + 7), bt + 3});
+  CheckDecode(cache, *attention, shape, batch);
+  for (const auto& one : batch) CheckDecode(cache, *attention, shape, {one});
+}
+
+TEST_P(DecodeTest, SharedPrefixBlocks) {
+  const Shape shape = GetShape();
+  const int bt = shape.block_tokens;
+  Cache cache(shape, 2000, 99 + shape.head_dim);
+  auto attention = MakeAttention(cache.pool(), shape);
+  const int base = cache.Add(10 * bt + 5);
+  const int a = cache.Fork(base, 10 * bt + 5, 40);  // copy-on-write
+  const int b = cache.Fork(base, 4 * bt, 3);        // shares whole blocks
+  const int c = cache.Fork(a, 7 * bt + 2, 300);
+  EXPECT_GT(cache.pool()->num_shared_blocks(), 0);
+  CheckDecode(cache, *attention, shape,
+              {{base, 10 * bt + 5},
+               {a, 10 * bt + 45},
+               {b, 4 * bt + 3},
+               {c, 7 * bt + 302}});
+}
+
+INSTANTIATE_TEST_SUITE_P(AllShapes, DecodeTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                                            ::testing::Values(8, 64, 128),
+                                            ::testing::Values(DType::kF32,
+                                                              DType::kBF16)),
+                         [](const auto& info) {
+                           return absl::StrFormat(
+                               "kvmul%d_d%d_%s", std::get<0>(info.param),
+                               std::get<1>(info.param),
+                               DTypeName(std::get<2>(info.param)));
+                         });
+
+class PrefillTest : public DecodeTest {};
+
+TEST_P(PrefillTest, ChunksAtOffsets) {
+  const Shape shape = GetShape();
+  const int bt = shape.block_tokens;
+  Cache cache(shape, 3000, 7 + shape.head_dim + shape.n_kv_heads);
+  auto attention = MakeAttention(cache.pool(), shape);
+  const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+  struct Chunk {
+    int64_t start, n_new;
+  };
+  for (Chunk c : {Chunk{0, 1}, Chunk{0, 37}, Chunk{bt - 1, bt + 2},
+                  Chunk{1000, 70}, Chunk{5, 300}}) {
+    const int seq = cache.Add(c.start + c.n_new);
+    std::vector<float> q = cache.Random(c.n_new * row);
+    std::vector<float> out(q.size(), kNaN);
+    attention->GqaPrefill(kLayer, cache.View(seq, c.start + c.n_new), c.start,
+                          c.n_new, q.data(), out.data());
+    ErrorNorm err;
+    for (int64_t i = 0; i < c.n_new; ++i) {
+      for (int h = 0; h < shape.n_heads; ++h) {
+        const int64_t at = i * row + int64_t{h} * shape.head_dim;
+        err.Add(&out[at], cache.Reference(seq, c.start + i + 1, h, &q[at]));
+      }
+    }
+    EXPECT_LT(err.Relative(), Tolerance(shape.dtype))
+        << Name(shape) << " start " << c.start << " n_new " << c.n_new;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllShapes, PrefillTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                                            ::testing::Values(8, 64, 128),
+                                            ::testing::Values(DType::kF32,
+                                                              DType::kBF16)),
+                         [](const auto& info) {
+                           return absl::StrFormat(
+                               "kvmul%d_d%d_%s", std::get<0>(info.param),
+                               std::get<1>(info.param),
+                               DTypeName(std::get<2>(info.param)));
+                         });
+
+TEST(GqaAttentionTest, RejectsHeadsNotAMultipleOfKvHeads) {
+  Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);
+  for (int n_heads : {0, -4, 6}) {
+    GqaAttentionOptions o;
+    o.n_heads = n_heads;
+    EXPECT_EQ(GqaAttention::Create(cache.pool(), o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace kvserve

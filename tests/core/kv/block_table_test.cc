@@ -1,0 +1,243 @@
+#include "core/kv/block_table.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/kv/bf16.h"
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+constexpr int kLayers = 2;
+constexpr int kKvHeads = 2;
+constexpr int kHeadDim = 4;
+constexpr int kBlockTokens = 4;
+
+std::unique_ptr<BlockPool> MakePool(int num_blocks, DType dtype = DType::kF32) {
+  BlockPoolOptions o;
+  o.n_layers = kLayers;
+  o.n_kv_heads = kKvHeads;
+  o.head_dim = kHeadDim;
+  o.block_tokens = kBlockTokens;
+  o.dtype = dtype;
+  o.capacity_bytes = int64_t{num_blocks} * 2 * kLayers * kKvHeads *
+                     kBlockTokens * kHeadDim * DTypeSize(dtype);
+  auto pool = BlockPool::Create(o);
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return std::move(*pool);
+}
+
+// A distinct value per (tag, layer, pos, kv_head, d).
+float Value(int tag, int layer, int64_t pos, int h, int d) {
+  return static_cast<float>(tag * 100000 + layer * 10000 + pos * 100 + h * 10 +
+                            d);
+}
+
+void WritePositions(BlockTable& t, int tag, int64_t from, int64_t to) {
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int64_t pos = from; pos < to; ++pos) {
+      float k[kKvHeads * kHeadDim], v[kKvHeads * kHeadDim];
+      for (int h = 0; h < kKvHeads; ++h) {
+        for (int d = 0; d < kHeadDim; ++d) {
+          k[h * kHeadDim + d] = Value(tag, layer, pos, h, d);
+          v[h * kHeadDim + d] = -Value(tag, layer, pos, h, d);
+        }
+      }
+      t.WriteKv(layer, pos, k, v);
+    }
+  }
+}
+
+float ReadK(const BlockTable& t, int layer, int64_t pos, int h, int d) {
+  const float* k = static_cast<const float*>(
+      t.pool()->KeyBlock(layer, t.blocks()[pos / kBlockTokens]));
+  return k[(h * kBlockTokens + pos % kBlockTokens) * kHeadDim + d];
+}
+float ReadV(const BlockTable& t, int layer, int64_t pos, int h, int d) {
+  const float* v = static_cast<const float*>(
+      t.pool()->ValueBlock(layer, t.blocks()[pos / kBlockTokens]));
+  return v[(h * kBlockTokens + pos % kBlockTokens) * kHeadDim + d];
+}
+
+// Expects positions [from, to) to hold `tag`'s values.
+void ExpectPositions(const BlockTable& t, int tag, int64_t from, int64_t to) {
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int64_t pos = from; pos < to; ++pos) {
+      for (int h = 0; h < kKvHeads; ++h) {
+        for (int d = 0; d < kHeadDim; ++d) {
+          ASSERT_EQ(ReadK(t, layer, pos, h, d), Value(tag, layer, pos, h, d))
+              << "pos " << pos;
+          ASSERT_EQ(ReadV(t, layer, pos, h, d), -Value(tag, layer, pos, h, d))
+              << "pos " << pos;
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockTableTest, ExtendAllocatesWholeBlocks) {
+  auto pool = MakePool(8);
+  BlockTable t(pool.get());
+  ASSERT_TRUE(t.Extend(1).ok());
+  EXPECT_EQ(t.blocks().size(), 1u);
+  ASSERT_TRUE(t.Extend(kBlockTokens).ok());
+  EXPECT_EQ(t.blocks().size(), 1u);
+  ASSERT_TRUE(t.Extend(kBlockTokens + 1).ok());
+  EXPECT_EQ(t.blocks().size(), 2u);
+  EXPECT_EQ(t.num_tokens(), kBlockTokens + 1);
+  EXPECT_EQ(pool->num_free_blocks(), 6);
+  EXPECT_EQ(t.Extend(2).code(), absl::StatusCode::kInvalidArgument);
+  WritePositions(t, 1, 0, t.num_tokens());
+  ExpectPositions(t, 1, 0, t.num_tokens());
+}
+
+TEST(BlockTableTest, ExhaustionChangesNothing) {
+  auto pool = MakePool(3);
+  BlockTable t(pool.get());
+  ASSERT_TRUE(t.Extend(5).ok());
+  WritePositions(t, 1, 0, 5);
+  const std::vector<int32_t> before(t.blocks().begin(), t.blocks().end());
+  EXPECT_EQ(t.Extend(4 * kBlockTokens).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(t.num_tokens(), 5);
+  EXPECT_EQ(std::vector<int32_t>(t.blocks().begin(), t.blocks().end()), before);
+  EXPECT_EQ(pool->num_free_blocks(), 1);
+  ExpectPositions(t, 1, 0, 5);
+  // Exactly filling the pool still works.
+  ASSERT_TRUE(t.Extend(3 * kBlockTokens).ok());
+  EXPECT_EQ(pool->num_free_blocks(), 0);
+}
+
+TEST(BlockTableTest, CopyOnWriteKeepsTheOtherSequence) {
+  auto pool = MakePool(8);
+  BlockTable a(pool.get());
+  ASSERT_TRUE(a.Extend(6).ok());  // one full block, one half-full
+  WritePositions(a, 1, 0, 6);
+  BlockTable b = a.Fork();
+  EXPECT_EQ(pool->num_shared_blocks(), 2);
+  EXPECT_EQ(pool->num_free_blocks(), 6);
+
+  ASSERT_TRUE(b.Extend(7).ok());
+  EXPECT_EQ(b.blocks()[0], a.blocks()[0]);  // full block stays shared
+  EXPECT_NE(b.blocks()[1], a.blocks()[1]);  // partial block copied
+  EXPECT_EQ(pool->RefCount(a.blocks()[1]), 1);
+  EXPECT_EQ(pool->RefCount(b.blocks()[1]), 1);
+  EXPECT_EQ(pool->RefCount(a.blocks()[0]), 2);
+  ExpectPositions(b, 1, 0, 6);  // the copy carries the shared prefix
+  WritePositions(b, 2, 6, 7);
+  ExpectPositions(b, 2, 6, 7);
+  ExpectPositions(a, 1, 0, 6);
+
+  // The original also gets its own block when it grows.
+  ASSERT_TRUE(a.Extend(8).ok());
+  WritePositions(a, 3, 6, 8);
+  ExpectPositions(a, 3, 6, 8);
+  ExpectPositions(b, 1, 0, 6);
+  ExpectPositions(b, 2, 6, 7);
+}
+
+TEST(BlockTableTest, CopyOnWriteNeedsABlockAndFailsCleanly) {
+  auto pool = MakePool(2);
+  BlockTable a(pool.get());
+  ASSERT_TRUE(a.Extend(2).ok());
+  WritePositions(a, 1, 0, 2);
+  BlockTable b = a.Fork();
+  BlockTable filler(pool.get());
+  ASSERT_TRUE(filler.Extend(1).ok());
+  EXPECT_EQ(b.Extend(3).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(b.num_tokens(), 2);
+  EXPECT_EQ(b.blocks()[0], a.blocks()[0]);
+  EXPECT_EQ(pool->RefCount(a.blocks()[0]), 2);
+  filler.Clear();
+  ASSERT_TRUE(b.Extend(3).ok());
+  EXPECT_NE(b.blocks()[0], a.blocks()[0]);
+  ExpectPositions(b, 1, 0, 2);
+}
+
+TEST(BlockTableTest, TruncateForkClearReturnEveryBlock) {
+  auto pool = MakePool(16);
+  {
+    BlockTable a(pool.get());
+    ASSERT_TRUE(a.Extend(11).ok());
+    WritePositions(a, 1, 0, 11);
+    BlockTable b = a.Fork();
+    BlockTable c = b.Fork();
+    EXPECT_EQ(pool->num_free_blocks(), 13);
+    b.Truncate(5);
+    EXPECT_EQ(b.blocks().size(), 2u);
+    EXPECT_EQ(b.num_tokens(), 5);
+    ASSERT_TRUE(b.Extend(9).ok());  // COW of block 1, then a new block
+    WritePositions(b, 2, 5, 9);
+    ExpectPositions(a, 1, 0, 11);
+    ExpectPositions(c, 1, 0, 11);
+    ExpectPositions(b, 1, 0, 5);
+    ExpectPositions(b, 2, 5, 9);
+    c.Truncate(0);
+    EXPECT_TRUE(c.blocks().empty());
+    BlockTable moved = std::move(b);
+    EXPECT_EQ(b.num_tokens(), 0);
+    EXPECT_EQ(moved.num_tokens(), 9);
+    a.Clear();
+    EXPECT_EQ(a.num_tokens(), 0);
+    EXPECT_EQ(pool->num_free_blocks(), 16 - 3);
+  }
+  EXPECT_EQ(pool->num_free_blocks(), 16);
+  EXPECT_EQ(pool->num_shared_blocks(), 0);
+  EXPECT_EQ(pool->used_bytes(), 0);
+}
+
+TEST(BlockTableTest, AdoptTakesOwnership) {
+  auto pool = MakePool(4);
+  std::vector<int32_t> blocks;
+  for (int i = 0; i < 2; ++i) blocks.push_back(*pool->Allocate());
+  {
+    BlockTable t(pool.get());
+    t.Adopt(blocks, 6);
+    EXPECT_EQ(t.num_tokens(), 6);
+    WritePositions(t, 1, 0, 6);
+    ExpectPositions(t, 1, 0, 6);
+  }
+  EXPECT_EQ(pool->num_free_blocks(), 4);
+}
+
+TEST(BlockTableTest, Bf16IsRoundedToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even 1.
+  EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3*2^-8 is halfway between odd 1+2^-7 and even 1+2^-6.
+  EXPECT_EQ(FloatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_EQ(FloatToBf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)),
+            0x3f81);
+  EXPECT_EQ(FloatToBf16(-2.0f), 0xc000);
+  EXPECT_TRUE(std::isnan(
+      Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::quiet_NaN()))));
+
+  auto pool = MakePool(2, DType::kBF16);
+  BlockTable t(pool.get());
+  ASSERT_TRUE(t.Extend(3).ok());
+  float k[kKvHeads * kHeadDim], v[kKvHeads * kHeadDim];
+  for (int i = 0; i < kKvHeads * kHeadDim; ++i) {
+    k[i] = 1.0f + std::ldexp(1.0f, -8) * (i + 1);
+    v[i] = -0.1f * i;
+  }
+  t.WriteKv(1, 2, k, v);
+  const uint16_t* kb =
+      static_cast<const uint16_t*>(pool->KeyBlock(1, t.blocks()[0]));
+  const uint16_t* vb =
+      static_cast<const uint16_t*>(pool->ValueBlock(1, t.blocks()[0]));
+  for (int h = 0; h < kKvHeads; ++h) {
+    for (int d = 0; d < kHeadDim; ++d) {
+      const int64_t at = (h * kBlockTokens + 2) * kHeadDim + d;
+      EXPECT_EQ(kb[at], FloatToBf16(k[h * kHeadDim + d]));
+      EXPECT_EQ(vb[at], FloatToBf16(v[h * kHeadDim + d]));
+      EXPECT_NEAR(Bf16ToFloat(kb[at]), k[h * kHeadDim + d], 1.0f / 128);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
