@@ -1,0 +1,701 @@
+#include "core/engine/engine.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/text/stop_matcher.h"
+#include "core/text/utf8_stream_decoder.h"
+#include "core/util/check.h"
+
+namespace kvserve {
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kContextFull:
+      return "context_full";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+struct Engine::Sequence {
+  Sequence(std::shared_ptr<GenerateCall> c, Session* s, absl::Time t)
+      : call(std::move(c)),
+        session(s),
+        sampler(call->params().sampling),
+        stop(call->params().stop),
+        submitted(t) {}
+
+  const GenerateParams& params() const { return call->params(); }
+  bool generate() const { return params().generate; }
+  // Tokens of the history whose KV is not computed yet.
+  int64_t pending() const {
+    return session->tokens.size() - session->kv.num_tokens();
+  }
+
+  std::shared_ptr<GenerateCall> call;
+  Session* session;
+  Sampler sampler;
+  Utf8StreamDecoder utf8;
+  StopMatcher stop;
+  absl::Time submitted, admitted, first_token, last_token;
+  bool started = false;    // usage.prompt_tokens and cached are set
+  bool preempted = false;  // its KV was taken; back to waiting after the step
+  int32_t prev_token = -1;
+  Usage usage;
+};
+
+namespace {
+
+// Calls back with the session once an initial prefill finishes.
+class CreateSessionSink : public TokenSink {
+ public:
+  CreateSessionSink(absl::AnyInvocable<void(absl::Status) &&> done)
+      : done_(std::move(done)) {}
+  void OnToken(GeneratedToken) override {}
+  void OnFinish(absl::StatusOr<GenerateResult> result) override {
+    std::move(done_)(result.status());
+    delete this;
+  }
+
+ private:
+  absl::AnyInvocable<void(absl::Status) &&> done_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const EngineOptions& options, const ModelWeights* weights,
+    const Tokenizer* tokenizer, EngineObserver* observer) {
+  const ModelConfig& c = weights->config;
+  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  if (options.max_context < 0 || options.max_context > c.context_length) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max_context=%d must be in [1, %d] (the model's context length)",
+        options.max_context, c.context_length));
+  }
+  if (options.max_batch_tokens < 1 || options.max_running < 1 ||
+      options.max_queued_requests < 0 || options.kv_block_tokens < 1 ||
+      options.default_max_tokens < 1 || options.kv_cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "engine limits must be positive: max_batch_tokens=%d max_running=%d "
+        "max_queued_requests=%d kv_block_tokens=%d kv_cache_bytes=%d",
+        options.max_batch_tokens, options.max_running,
+        options.max_queued_requests, options.kv_block_tokens,
+        options.kv_cache_bytes));
+  }
+  std::unique_ptr<Engine> engine(
+      new Engine(options, weights, tokenizer, observer));
+  const int64_t per_token = c.KvBytesPerToken(options.kv_dtype);
+  BlockPoolOptions pool_options;
+  pool_options.n_layers = c.n_layers;
+  pool_options.n_kv_heads = c.n_kv_heads;
+  pool_options.head_dim = c.head_dim;
+  pool_options.block_tokens = options.kv_block_tokens;
+  pool_options.dtype = options.kv_dtype;
+  pool_options.capacity_bytes = options.kv_cache_bytes > 0
+                                    ? options.kv_cache_bytes
+                                    : 8 * engine->max_context_ * per_token;
+  auto pool = BlockPool::Create(pool_options);
+  if (!pool.ok()) return pool.status();
+  engine->pool_ = *std::move(pool);
+  auto model = Model::Create(weights, engine->pool_.get());
+  if (!model.ok()) return model.status();
+  engine->model_ = *std::move(model);
+  engine->sessions_ = std::make_unique<SessionStore>(engine->pool_.get());
+  engine->ReportStats();
+  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  return engine;
+}
+
+Engine::Engine(const EngineOptions& options, const ModelWeights* weights,
+               const Tokenizer* tokenizer, EngineObserver* observer)
+    : options_(options),
+      weights_(weights),
+      tokenizer_(tokenizer),
+      observer_(observer),
+      max_context_(options.max_context > 0 ? options.max_context
+                                           : weights->config.context_length) {}
+
+Engine::~Engine() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Engine::kv_bytes_per_token() const { return pool_->bytes_per_token(); }
+int64_t Engine::kv_capacity_bytes() const { return pool_->capacity_bytes(); }
+
+void Engine::Drain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+void Engine::Post(absl::AnyInvocable<void() &&> command,
+                  absl::AnyInvocable<void(absl::Status) &&> rejected) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!draining_ && !stopping_) {
+      commands_.push_back(std::move(command));
+      return;
+    }
+  }
+  std::move(rejected)(absl::UnavailableError("the server is shutting down"));
+}
+
+void Engine::Submit(std::shared_ptr<GenerateCall> call) {
+  absl::Status rejected;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_ || stopping_) {
+      rejected = absl::UnavailableError("the server is shutting down");
+    } else if (queued_requests_ >= options_.max_queued_requests) {
+      rejected = absl::ResourceExhaustedError(absl::StrFormat(
+          "request queue is full: %d requests wait (--max_queued_requests=%d) "
+          "behind at most %d running (--max_running=%d)",
+          queued_requests_, options_.max_queued_requests, options_.max_running,
+          options_.max_running));
+    } else {
+      ++queued_requests_;
+      const absl::Time now = absl::Now();
+      commands_.push_back(
+          [this, call, now]() mutable { Admit(std::move(call), now); });
+      return;
+    }
+  }
+  call->sink()->OnFinish(rejected);
+}
+
+void Engine::Loop() {
+  if (options_.threads > 0) omp_set_num_threads(options_.threads);
+  while (true) {
+    std::deque<absl::AnyInvocable<void() &&>> commands;
+    bool stop;
+    {
+      const bool idle = running_.empty() && waiting_.empty();
+      auto ready = [this, idle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !commands_.empty() || !idle;
+      };
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+      commands.swap(commands_);
+      stop = stopping_;
+    }
+    for (auto& command : commands) std::move(command)();
+    if (stop) break;
+    const absl::Time now = absl::Now();
+    if (now >= next_expiry_check_) {
+      for (int i = sessions_->ExpireIdle(now); i > 0; --i) {
+        if (observer_) observer_->OnEviction("ttl");
+      }
+      next_expiry_check_ = now + absl::Seconds(1);
+    }
+    StartWaiting();
+    if (!running_.empty()) Step();
+    ReportStats();
+  }
+  const absl::Status shutdown =
+      absl::UnavailableError("the server is shutting down");
+  for (auto* queue : {&running_, &waiting_}) {
+    while (!queue->empty()) {
+      Finish(*queue->front(), shutdown);
+      queue->pop_front();
+    }
+  }
+}
+
+void Engine::Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
+  const GenerateParams& p = call->params();
+  auto fail = [&](absl::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      --queued_requests_;
+    }
+    call->sink()->OnFinish(std::move(status));
+  };
+  if (p.generate) {
+    if (p.max_tokens < 1) {
+      return fail(absl::InvalidArgumentError(absl::StrFormat(
+          "max_tokens must be positive, got %d", p.max_tokens)));
+    }
+    if (absl::Status s = ValidateSamplingOptions(p.sampling); !s.ok()) {
+      return fail(s);
+    }
+    if (p.logprobs > kMaxTopLogprobs) {
+      return fail(absl::InvalidArgumentError(absl::StrFormat(
+          "logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs)));
+    }
+  }
+  const absl::Time now = absl::Now();
+  Session* session;
+  if (p.session_id.empty()) {
+    session = sessions_->Create(p.owner, std::nullopt, now);
+    session->ephemeral = true;
+  } else {
+    absl::StatusOr<Session*> found = sessions_->Lookup(p.session_id, p.owner);
+    if (!found.ok()) return fail(found.status());
+    session = *found;
+    if (session->busy) {
+      return fail(absl::FailedPreconditionError(absl::StrFormat(
+          "session %s is busy with another Generate or Append", session->id)));
+    }
+  }
+  auto drop_ephemeral = [&] {
+    if (session->ephemeral) sessions_->Delete(session->id);
+  };
+
+  // The turn's new tokens: an empty session starts with BOS.
+  std::vector<int32_t> input;
+  const bool fresh = session->tokens.empty();
+  if (const auto* text = std::get_if<std::string>(&p.prompt)) {
+    if (!text->empty()) {
+      input = tokenizer_->Encode(
+          *text, EncodeOptions{.add_bos = fresh, .add_dummy_prefix = fresh});
+    }
+  } else {
+    input = std::get<std::vector<int32_t>>(p.prompt);
+    for (int32_t id : input) {
+      if (id < 0 || id >= config().vocab_size) {
+        drop_ephemeral();
+        return fail(absl::InvalidArgumentError(
+            absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id,
+                            config().vocab_size)));
+      }
+    }
+  }
+  const int32_t bos = tokenizer_->bos_id();
+  if (fresh && bos >= 0 && (input.empty() || input.front() != bos)) {
+    input.insert(input.begin(), bos);
+  }
+  const int64_t total = session->tokens.size() + input.size();
+  if (total > max_context_) {
+    drop_ephemeral();
+    return fail(absl::OutOfRangeError(absl::StrFormat(
+        "the context is full: %d tokens in the session plus %d new exceed "
+        "the maximum of %d",
+        session->tokens.size(), input.size(), max_context_)));
+  }
+  session->tokens.insert(session->tokens.end(), input.begin(), input.end());
+  session->busy = true;
+  session->last_used = now;
+  auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
+  if (!session->tokens.empty()) seq->prev_token = session->tokens.back();
+  waiting_.push_back(std::move(seq));
+}
+
+void Engine::StartWaiting() {
+  while (!waiting_.empty() &&
+         static_cast<int>(running_.size()) < options_.max_running) {
+    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
+    waiting_.pop_front();
+    const absl::Time now = absl::Now();
+    if (!seq->started) {
+      {
+        absl::MutexLock lock(&mu_);
+        --queued_requests_;
+      }
+      seq->admitted = now;
+      if (observer_) {
+        observer_->OnQueueWait(absl::ToDoubleSeconds(now - seq->submitted));
+      }
+      Session& s = *seq->session;
+      // Logits come from the last token's forward pass: recompute it when
+      // its KV is already held.
+      if (seq->generate() && !s.tokens.empty() &&
+          s.kv.num_tokens() == static_cast<int64_t>(s.tokens.size())) {
+        s.kv.Truncate(s.tokens.size() - 1);
+      }
+      seq->usage.prompt_tokens = s.tokens.size();
+      seq->usage.cached_prompt_tokens = s.kv.num_tokens();
+      seq->started = true;
+      if (observer_) {
+        observer_->OnPrompt(seq->usage.prompt_tokens,
+                            seq->usage.cached_prompt_tokens);
+      }
+    }
+    running_.push_back(std::move(seq));
+  }
+}
+
+absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
+  while (true) {
+    absl::Status s = seq.session->kv.Extend(end);
+    if (!absl::IsResourceExhausted(s)) return s;
+    if (sessions_->DropLeastRecentlyUsedKv()) {
+      if (observer_) observer_->OnEviction("memory");
+      continue;
+    }
+    // Preempt the most recently admitted sequence not yet in this step.
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Sequence* candidate = it->get();
+      if (candidate == &seq) break;
+      if (!candidate->preempted && !candidate->session->kv.blocks().empty()) {
+        victim = candidate;
+        break;
+      }
+    }
+    if (victim == nullptr) return s;
+    victim->session->kv.Clear();
+    victim->preempted = true;
+  }
+}
+
+void Engine::Step() {
+  // Cancelled requests leave first.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->call->cancelled()) {
+      Finish(**it, FinishReason::kCancelled);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Decode tokens first, then prefill chunks, each in admission order.
+  std::vector<Sequence*> order;
+  for (auto& seq : running_) {
+    if (seq->pending() == 1) order.push_back(seq.get());
+  }
+  for (auto& seq : running_) {
+    if (seq->pending() != 1) order.push_back(seq.get());
+  }
+  std::vector<SeqChunk> chunks;
+  std::vector<Sequence*> chunk_seqs;
+  std::vector<Sequence*> failed;
+  int64_t budget = options_.max_batch_tokens;
+  for (Sequence* seq : order) {
+    if (seq->preempted || budget == 0) continue;
+    Session& s = *seq->session;
+    const int64_t start = s.kv.num_tokens();
+    const int64_t n = std::min<int64_t>(seq->pending(), budget);
+    if (n == 0) continue;
+    absl::Status reserved = ReserveKv(*seq, start + n);
+    if (!reserved.ok()) {
+      // Nothing else can give way: this context cannot fit in the pool.
+      if (chunks.empty()) {
+        failed.push_back(seq);
+        seq->call->Cancel();
+      }
+      continue;
+    }
+    budget -= n;
+    const bool last = start + n == static_cast<int64_t>(s.tokens.size());
+    chunks.push_back(
+        SeqChunk{.kv = &s.kv,
+                 .start_pos = start,
+                 .tokens = absl::MakeConstSpan(s.tokens).subspan(start, n),
+                 .want_logits = last && seq->generate()});
+    chunk_seqs.push_back(seq);
+  }
+
+  const absl::Time start_time = absl::Now();
+  absl::StatusOr<absl::Span<const float>> logits =
+      chunks.empty() ? absl::Span<const float>() : model_->Forward(chunks);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start_time);
+  if (observer_ && !chunks.empty()) {
+    int64_t tokens = 0;
+    for (const SeqChunk& c : chunks) tokens += c.tokens.size();
+    observer_->OnStep(tokens, chunks.size(), seconds);
+  }
+  int logit_row = 0;
+  const int vocab = config().vocab_size;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Sequence& seq = *chunk_seqs[i];
+    if (!logits.ok()) {
+      seq.call->Cancel();
+      continue;
+    }
+    if (chunks[i].want_logits) {
+      absl::Span<const float> row = logits->subspan(logit_row * vocab, vocab);
+      ++logit_row;
+      EmitToken(seq, seq.sampler.Sample(row), row);
+    }
+  }
+
+  // Retire finished, failed and preempted sequences.
+  std::deque<std::unique_ptr<Sequence>> still_running;
+  for (auto& seq : running_) {
+    const bool failed_here =
+        std::find(failed.begin(), failed.end(), seq.get()) != failed.end();
+    if (failed_here) {
+      Finish(*seq, absl::ResourceExhaustedError(absl::StrFormat(
+                       "the KV cache (%d bytes) cannot hold a context of %d "
+                       "tokens; raise --kv_cache_bytes",
+                       pool_->capacity_bytes(), seq->session->tokens.size())));
+    } else if (!logits.ok() && seq->call->cancelled()) {
+      Finish(*seq, logits.status());
+    } else if (seq->session == nullptr) {
+      // Finished by EmitToken.
+    } else if (!seq->generate() && seq->pending() == 0) {
+      Finish(*seq, FinishReason::kLength);
+    } else if (seq->preempted) {
+      seq->preempted = false;
+      waiting_.push_front(std::move(seq));
+    } else {
+      still_running.push_back(std::move(seq));
+    }
+  }
+  running_.swap(still_running);
+}
+
+void Engine::EmitToken(Sequence& seq, int32_t token,
+                       absl::Span<const float> logits) {
+  const GenerateParams& p = seq.params();
+  Session& s = *seq.session;
+  const absl::Time now = absl::Now();
+  s.tokens.push_back(token);
+  s.last_used = now;
+  ++seq.usage.generated_tokens;
+  if (seq.usage.generated_tokens == 1) {
+    seq.first_token = now;
+    if (observer_) {
+      observer_->OnFirstToken(absl::ToDoubleSeconds(now - seq.submitted));
+    }
+  } else if (observer_) {
+    observer_->OnInterToken(absl::ToDoubleSeconds(now - seq.last_token));
+  }
+  seq.last_token = now;
+  if (observer_) observer_->OnGenerated(1);
+
+  GeneratedToken out;
+  out.token_id = token;
+  if (p.logprobs >= 0)
+    out.logprobs = ComputeLogprobs(logits, token, p.logprobs);
+  const bool eos = token == tokenizer_->eos_id() && !p.ignore_eos;
+  bool stopped = false;
+  if (!eos) {
+    StopMatcher::Result r = seq.stop.Push(
+        seq.utf8.Push(tokenizer_->DecodeToken(seq.prev_token, token)));
+    out.text = std::move(r.text);
+    stopped = r.stopped;
+  }
+  seq.prev_token = token;
+  seq.call->sink()->OnToken(std::move(out));
+
+  std::optional<FinishReason> reason;
+  if (eos) {
+    reason = FinishReason::kEos;
+  } else if (stopped) {
+    reason = FinishReason::kStop;
+  } else if (seq.usage.generated_tokens >= p.max_tokens) {
+    reason = FinishReason::kLength;
+  } else if (static_cast<int64_t>(s.tokens.size()) >= max_context_) {
+    reason = FinishReason::kContextFull;
+  }
+  if (reason.has_value()) Finish(seq, *reason);
+}
+
+void Engine::Finish(Sequence& seq, absl::StatusOr<FinishReason> reason) {
+  if (seq.session == nullptr) return;  // already finished
+  Session& s = *seq.session;
+  const absl::Time now = absl::Now();
+  s.busy = false;
+  s.last_used = now;
+  GenerateResult result;
+  if (reason.ok()) {
+    result.finish_reason = *reason;
+    result.usage = seq.usage;
+    if (*reason != FinishReason::kStop) {
+      result.text = seq.stop.Push(seq.utf8.Flush()).text + seq.stop.Flush();
+    }
+    if (seq.started) {
+      result.timings.queue_seconds =
+          absl::ToDoubleSeconds(seq.admitted - seq.submitted);
+      const absl::Time prefill_end =
+          seq.usage.generated_tokens > 0 ? seq.first_token : now;
+      result.timings.prefill_seconds =
+          absl::ToDoubleSeconds(prefill_end - seq.admitted);
+      if (seq.usage.generated_tokens > 0) {
+        result.timings.decode_seconds =
+            absl::ToDoubleSeconds(seq.last_token - seq.first_token);
+      }
+    }
+    if (!s.ephemeral) result.session_id = s.id;
+  }
+  if (s.ephemeral) sessions_->Delete(s.id);
+  seq.session = nullptr;
+  TokenSink* sink = seq.call->sink();
+  if (reason.ok()) {
+    sink->OnFinish(std::move(result));
+  } else {
+    sink->OnFinish(reason.status());
+  }
+}
+
+SessionInfo Engine::Describe(const Session& s, bool include_tokens) const {
+  SessionInfo info;
+  info.id = s.id;
+  info.owner = s.owner;
+  info.num_tokens = s.tokens.size();
+  info.kv_tokens = s.kv.num_tokens();
+  info.kv_bytes = s.kv.num_tokens() * pool_->bytes_per_token();
+  info.tier = s.kv.num_tokens() > 0 || s.tokens.empty() ? "ram" : "tokens";
+  info.create_time = s.create_time;
+  info.last_used = s.last_used;
+  info.ttl = s.ttl;
+  info.busy = s.busy;
+  if (include_tokens) info.tokens = s.tokens;
+  return info;
+}
+
+void Engine::ReportStats() {
+  if (observer_ == nullptr) return;
+  EngineStats st;
+  st.kv_used_bytes = pool_->used_bytes();
+  st.kv_capacity_bytes = pool_->capacity_bytes();
+  st.kv_blocks_free = pool_->num_free_blocks();
+  st.kv_blocks_used = pool_->num_blocks() - st.kv_blocks_free;
+  st.kv_blocks_shared = pool_->num_shared_blocks();
+  st.sessions_ram = sessions_->CountWithKv();
+  st.sessions_tokens = sessions_->size() - st.sessions_ram;
+  st.running = running_.size();
+  st.waiting = waiting_.size();
+  observer_->OnStats(st);
+}
+
+void Engine::CreateSession(CreateSessionParams params,
+                           Callback<SessionInfo> done) {
+  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
+  Post(
+      [this, params = std::move(params), shared_done]() mutable {
+        Session* s = sessions_->Create(params.owner, params.ttl, absl::Now());
+        const auto* text = std::get_if<std::string>(&params.initial);
+        if (text != nullptr && text->empty()) {
+          std::move (*shared_done)(Describe(*s, false));
+          return;
+        }
+        GenerateParams gp;
+        gp.session_id = s->id;
+        gp.owner = params.owner;
+        gp.prompt = std::move(params.initial);
+        gp.generate = false;
+        const std::string id = s->id;
+        auto* sink =
+            new CreateSessionSink([this, id, shared_done](absl::Status status) {
+              absl::StatusOr<Session*> found = sessions_->Lookup(id, "");
+              if (!status.ok()) {
+                if (found.ok() && !(*found)->busy) sessions_->Delete(id);
+                std::move (*shared_done)(status);
+              } else if (!found.ok()) {
+                std::move (*shared_done)(found.status());
+              } else {
+                std::move (*shared_done)(Describe(**found, false));
+              }
+            });
+        {
+          absl::MutexLock lock(&mu_);
+          ++queued_requests_;
+        }
+        Admit(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
+      },
+      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+}
+
+void Engine::GetSession(std::string id, std::string owner, bool include_tokens,
+                        Callback<SessionInfo> done) {
+  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
+  Post(
+      [this, id, owner, include_tokens, shared_done] {
+        absl::StatusOr<Session*> s = sessions_->Lookup(id, owner);
+        if (!s.ok()) return std::move(*shared_done)(s.status());
+        std::move (*shared_done)(Describe(**s, include_tokens));
+      },
+      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+}
+
+void Engine::ListSessions(std::string owner, std::string page_token,
+                          int page_size, Callback<SessionList> done) {
+  auto shared_done = std::make_shared<Callback<SessionList>>(std::move(done));
+  Post(
+      [this, owner, page_token, page_size, shared_done] {
+        absl::StatusOr<SessionPage> page =
+            sessions_->List(owner, page_token, page_size);
+        if (!page.ok()) return std::move(*shared_done)(page.status());
+        SessionList list;
+        for (const Session* s : page->sessions) {
+          list.sessions.push_back(Describe(*s, false));
+        }
+        list.next_page_token = page->next_page_token;
+        std::move (*shared_done)(std::move(list));
+      },
+      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+}
+
+void Engine::DeleteSession(std::string id, std::string owner,
+                           Callback<bool> done) {
+  auto shared_done = std::make_shared<Callback<bool>>(std::move(done));
+  Post(
+      [this, id, owner, shared_done] {
+        absl::StatusOr<Session*> s = sessions_->Lookup(id, owner);
+        if (!s.ok()) return std::move(*shared_done)(s.status());
+        if ((*s)->busy) {
+          return std::move(*shared_done)(absl::FailedPreconditionError(
+              absl::StrFormat("session %s is busy with a Generate or Append; "
+                              "cancel it first",
+                              id)));
+        }
+        sessions_->Delete(id);
+        if (observer_) observer_->OnEviction("deleted");
+        std::move (*shared_done)(true);
+      },
+      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+}
+
+void Engine::ForkSession(std::string id, std::string owner,
+                         std::optional<absl::Duration> ttl,
+                         Callback<SessionInfo> done) {
+  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
+  Post(
+      [this, id, owner, ttl, shared_done] {
+        absl::StatusOr<Session*> parent = sessions_->Lookup(id, owner);
+        if (!parent.ok()) return std::move(*shared_done)(parent.status());
+        Session* child = sessions_->Create(
+            (*parent)->owner, ttl.has_value() ? ttl : (*parent)->ttl,
+            absl::Now());
+        child->tokens = (*parent)->tokens;
+        child->kv = (*parent)->kv.Fork();
+        std::move (*shared_done)(Describe(*child, false));
+      },
+      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+}
+
+void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
+                             Callback<SessionInfo> done) {
+  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
+  Post(
+      [this, id, owner, tokens, shared_done] {
+        absl::StatusOr<Session*> found = sessions_->Lookup(id, owner);
+        if (!found.ok()) return std::move(*shared_done)(found.status());
+        Session& s = **found;
+        if (s.busy) {
+          return std::move(*shared_done)(
+              absl::FailedPreconditionError(absl::StrFormat(
+                  "session %s is busy with a Generate or Append", id)));
+        }
+        if (tokens < 0 || tokens > static_cast<int64_t>(s.tokens.size())) {
+          return std::move(*shared_done)(absl::InvalidArgumentError(
+              absl::StrFormat("tokens must be in [0, %d] for session %s, "
+                              "got %d",
+                              s.tokens.size(), id, tokens)));
+        }
+        s.tokens.resize(tokens);
+        if (s.kv.num_tokens() > tokens) s.kv.Truncate(tokens);
+        s.last_used = absl::Now();
+        std::move (*shared_done)(Describe(s, false));
+      },
+      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+}
+
+}  // namespace kvserve

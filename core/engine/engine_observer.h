@@ -1,0 +1,40 @@
+// EngineObserver: how the engine reports what it does (the server turns it
+// into Prometheus metrics). Called on the engine thread; must not block.
+#ifndef KVSERVE_CORE_ENGINE_ENGINE_OBSERVER_H_
+#define KVSERVE_CORE_ENGINE_ENGINE_OBSERVER_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace kvserve {
+
+struct EngineStats {
+  int64_t kv_used_bytes = 0;
+  int64_t kv_capacity_bytes = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t kv_blocks_shared = 0;
+  int64_t sessions_ram = 0;     // KV held in the pool
+  int64_t sessions_tokens = 0;  // tokens only; re-prefilled on next use
+  int64_t running = 0;
+  int64_t waiting = 0;
+};
+
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnStep(int64_t batch_tokens, int64_t batch_sequences,
+                      double seconds) = 0;
+  virtual void OnQueueWait(double seconds) = 0;
+  virtual void OnFirstToken(double seconds_since_submit) = 0;
+  virtual void OnInterToken(double seconds) = 0;
+  virtual void OnPrompt(int64_t prompt_tokens, int64_t cached_tokens) = 0;
+  virtual void OnGenerated(int64_t tokens) = 0;
+  // reason: "ttl", "memory", "deleted".
+  virtual void OnEviction(std::string_view reason) = 0;
+  virtual void OnStats(const EngineStats& stats) = 0;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_ENGINE_ENGINE_OBSERVER_H_

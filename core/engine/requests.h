@@ -1,0 +1,109 @@
+// The engine's request and result types: plain C++ mirrors of the API's
+// messages, with no protobuf in them.
+#ifndef KVSERVE_CORE_ENGINE_REQUESTS_H_
+#define KVSERVE_CORE_ENGINE_REQUESTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/sampling/sampler.h"
+
+namespace kvserve {
+
+// Text (tokenized by the engine) or token ids. Empty text = no input.
+using Input = std::variant<std::string, std::vector<int32_t>>;
+
+enum class FinishReason { kLength, kStop, kEos, kContextFull, kCancelled };
+
+struct Usage {
+  int64_t prompt_tokens = 0;         // the whole context this turn started from
+  int64_t cached_prompt_tokens = 0;  // those whose KV was reused
+  int64_t generated_tokens = 0;
+};
+
+struct Timings {
+  double queue_seconds = 0;
+  double prefill_seconds = 0;  // admission until the first token is sampled
+  double decode_seconds = 0;   // first generated token to the last
+};
+
+struct SessionInfo {
+  std::string id;
+  std::string owner;
+  int64_t num_tokens = 0;
+  int64_t kv_tokens = 0;  // positions whose KV is held
+  int64_t kv_bytes = 0;
+  std::string tier;  // "ram" | "tokens"
+  absl::Time create_time;
+  absl::Time last_used;
+  std::optional<absl::Duration> ttl;
+  bool busy = false;
+  std::vector<int32_t> tokens;  // only when asked for
+};
+
+struct SessionList {
+  std::vector<SessionInfo> sessions;
+  std::string next_page_token;
+};
+
+struct GeneratedToken {
+  int32_t token_id = 0;
+  std::string text;  // valid UTF-8, possibly empty
+  std::optional<Logprobs> logprobs;
+};
+
+struct GenerateResult {
+  FinishReason finish_reason = FinishReason::kLength;
+  Usage usage;
+  Timings timings;
+  std::string session_id;  // empty for an ephemeral session
+  std::string text;        // a held-back tail released at the end
+};
+
+// Receives one request's output. Called on the engine thread; must not
+// block. OnFinish is called exactly once, last.
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  virtual void OnToken(GeneratedToken token) = 0;
+  virtual void OnFinish(absl::StatusOr<GenerateResult> result) = 0;
+};
+
+struct GenerateParams {
+  std::string session_id;  // empty: an ephemeral session
+  std::string owner;
+  Input prompt;
+  bool generate = true;  // false: Append (prefill only)
+  int max_tokens = 0;    // > 0
+  SamplingOptions sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; else 0..20 alternatives
+};
+
+// One Generate or Append in flight. The server keeps it alive until
+// OnFinish; Cancel() may be called from any thread.
+class GenerateCall {
+ public:
+  GenerateCall(GenerateParams params, TokenSink* sink)
+      : params_(std::move(params)), sink_(sink) {}
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  const GenerateParams& params() const { return params_; }
+  TokenSink* sink() const { return sink_; }
+
+ private:
+  const GenerateParams params_;
+  TokenSink* const sink_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_ENGINE_REQUESTS_H_

@@ -1,0 +1,230 @@
+#include "core/model/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "core/util/check.h"
+
+namespace kvserve {
+namespace {
+
+// out = x / rms(x) * w, over n elements.
+void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / n + eps);
+  for (int i = 0; i < n; ++i) out[i] = w[i] * (scale * x[i]);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(
+    const ModelWeights* weights, const BlockPool* pool) {
+  const ModelConfig& c = weights->config;
+  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  const BlockPoolOptions& p = pool->options();
+  if (p.n_layers != c.n_layers || p.n_kv_heads != c.n_kv_heads ||
+      p.head_dim != c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV pool geometry (layers %d, kv heads %d, head_dim %d) does not "
+        "match the model (%d, %d, %d)",
+        p.n_layers, p.n_kv_heads, p.head_dim, c.n_layers, c.n_kv_heads,
+        c.head_dim));
+  }
+  if (static_cast<int>(weights->layers.size()) != c.n_layers) {
+    return absl::InvalidArgumentError("model has the wrong number of layers");
+  }
+  auto attention = GqaAttention::Create(pool, {.n_heads = c.n_heads});
+  if (!attention.ok()) return attention.status();
+  return std::unique_ptr<Model>(new Model(weights, *std::move(attention)));
+}
+
+Model::Model(const ModelWeights* weights,
+             std::unique_ptr<GqaAttention> attention)
+    : weights_(weights),
+      attention_(std::move(attention)),
+      output_(weights->output) {
+  layers_.reserve(weights->layers.size());
+  for (const LayerWeights& l : weights->layers) {
+    layers_.push_back(LayerLinears{Linear(l.wq), Linear(l.wk), Linear(l.wv),
+                                   Linear(l.wo), Linear(l.w_gate),
+                                   Linear(l.w_up), Linear(l.w_down)});
+  }
+  const ModelConfig& c = config();
+  const int half = c.rotary_dim() / 2;
+  inv_freq_.resize(half);
+  for (int i = 0; i < half; ++i) {
+    double f = std::pow(static_cast<double>(c.rope_theta),
+                        -2.0 * i / static_cast<double>(c.rotary_dim()));
+    if (!weights->rope_freq_factors.empty()) {
+      f /= weights->rope_freq_factors[i];
+    }
+    inv_freq_[i] = f;
+  }
+}
+
+void Model::Embed(int32_t token, float* out) const {
+  const WeightTensor& e = weights_->token_embd;
+  const int64_t dim = e.cols;
+  if (e.dtype == DType::kF32) {
+    std::memcpy(out, e.f32() + token * dim, dim * sizeof(float));
+  } else {
+    const uint16_t* row = static_cast<const uint16_t*>(e.data) + token * dim;
+    for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
+  }
+}
+
+void Model::RopeInPlace(float* x, int n_heads, const float* cos_sin) const {
+  const ModelConfig& c = config();
+  const int half = c.rotary_dim() / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = x + h * c.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float cos = cos_sin[2 * i], sin = cos_sin[2 * i + 1];
+      const float x0 = head[2 * i], x1 = head[2 * i + 1];
+      head[2 * i] = x0 * cos - x1 * sin;
+      head[2 * i + 1] = x0 * sin + x1 * cos;
+    }
+  }
+}
+
+absl::StatusOr<absl::Span<const float>> Model::Forward(
+    absl::Span<const SeqChunk> chunks) {
+  const ModelConfig& c = config();
+  int64_t m = 0;
+  int n_logits = 0;
+  for (const SeqChunk& chunk : chunks) {
+    for (int32_t t : chunk.tokens) {
+      if (t < 0 || t >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "token id %d is outside the vocabulary [0, %d)", t, c.vocab_size));
+      }
+    }
+    const int64_t end = chunk.start_pos + chunk.tokens.size();
+    if (chunk.tokens.empty() || end > c.context_length) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "chunk of %d tokens at position %d does not fit the context of %d",
+          chunk.tokens.size(), chunk.start_pos, c.context_length));
+    }
+    KVSERVE_CHECK(chunk.kv != nullptr && chunk.kv->num_tokens() >= end);
+    m += chunk.tokens.size();
+    n_logits += chunk.want_logits ? 1 : 0;
+  }
+  const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const int hidden = c.hidden_dim, half = c.rotary_dim() / 2;
+  x_.resize(m * dim);
+  xb_.resize(m * dim);
+  q_.resize(m * q_dim);
+  k_.resize(m * kv_dim);
+  v_.resize(m * kv_dim);
+  att_.resize(m * q_dim);
+  gate_.resize(m * hidden);
+  up_.resize(m * hidden);
+  cos_sin_.resize(m * half * 2);
+
+  // Embeddings and the rotation angles of every row.
+  {
+    int64_t row = 0;
+    for (const SeqChunk& chunk : chunks) {
+      for (size_t i = 0; i < chunk.tokens.size(); ++i, ++row) {
+        Embed(chunk.tokens[i], &x_[row * dim]);
+        const double pos = static_cast<double>(chunk.start_pos + i);
+        float* cs = &cos_sin_[row * half * 2];
+        for (int j = 0; j < half; ++j) {
+          const double angle = pos * inv_freq_[j];
+          cs[2 * j] = static_cast<float>(std::cos(angle));
+          cs[2 * j + 1] = static_cast<float>(std::sin(angle));
+        }
+      }
+    }
+  }
+
+  // Single-token chunks attend together in one GqaDecode call.
+  std::vector<SeqKv> decode_seqs;
+  std::vector<int64_t> decode_rows;
+  std::vector<float> decode_q, decode_out;
+
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const LayerWeights& lw = weights_->layers[layer];
+    LayerLinears& ll = layers_[layer];
+
+#pragma omp parallel for if (m > 8)
+    for (int64_t r = 0; r < m; ++r) {
+      RmsNorm(&x_[r * dim], lw.attn_norm.f32(), dim, c.norm_eps, &xb_[r * dim]);
+    }
+    ll.wq.Forward(xb_.data(), m, q_.data());
+    ll.wk.Forward(xb_.data(), m, k_.data());
+    ll.wv.Forward(xb_.data(), m, v_.data());
+
+    decode_seqs.clear();
+    decode_rows.clear();
+    int64_t row = 0;
+    for (const SeqChunk& chunk : chunks) {
+      const int64_t n = chunk.tokens.size();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = row + i;
+        RopeInPlace(&q_[r * q_dim], c.n_heads, &cos_sin_[r * half * 2]);
+        RopeInPlace(&k_[r * kv_dim], c.n_kv_heads, &cos_sin_[r * half * 2]);
+        chunk.kv->WriteKv(layer, chunk.start_pos + i, &k_[r * kv_dim],
+                          &v_[r * kv_dim]);
+      }
+      const SeqKv seq{chunk.kv->blocks(), chunk.start_pos + n};
+      if (n == 1) {
+        decode_seqs.push_back(seq);
+        decode_rows.push_back(row);
+      } else if (n > 1) {
+        attention_->GqaPrefill(layer, seq, chunk.start_pos, n, &q_[row * q_dim],
+                               &att_[row * q_dim]);
+      }
+      row += n;
+    }
+    if (!decode_seqs.empty()) {
+      const int64_t b = decode_seqs.size();
+      decode_q.resize(b * q_dim);
+      decode_out.resize(b * q_dim);
+      for (int64_t i = 0; i < b; ++i) {
+        std::memcpy(&decode_q[i * q_dim], &q_[decode_rows[i] * q_dim],
+                    q_dim * sizeof(float));
+      }
+      attention_->GqaDecode(layer, decode_seqs, decode_q.data(),
+                            decode_out.data());
+      for (int64_t i = 0; i < b; ++i) {
+        std::memcpy(&att_[decode_rows[i] * q_dim], &decode_out[i * q_dim],
+                    q_dim * sizeof(float));
+      }
+    }
+
+    ll.wo.Forward(att_.data(), m, xb_.data());
+    for (int64_t i = 0; i < m * dim; ++i) x_[i] += xb_[i];
+
+#pragma omp parallel for if (m > 8)
+    for (int64_t r = 0; r < m; ++r) {
+      RmsNorm(&x_[r * dim], lw.ffn_norm.f32(), dim, c.norm_eps, &xb_[r * dim]);
+    }
+    ll.w_gate.Forward(xb_.data(), m, gate_.data());
+    ll.w_up.Forward(xb_.data(), m, up_.data());
+    for (int64_t i = 0; i < m * hidden; ++i) {
+      const float g = gate_[i];
+      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+    }
+    ll.w_down.Forward(gate_.data(), m, xb_.data());
+    for (int64_t i = 0; i < m * dim; ++i) x_[i] += xb_[i];
+  }
+
+  last_.resize(static_cast<int64_t>(n_logits) * dim);
+  logits_.resize(static_cast<int64_t>(n_logits) * c.vocab_size);
+  int64_t row = 0;
+  int out = 0;
+  for (const SeqChunk& chunk : chunks) {
+    row += chunk.tokens.size();
+    if (!chunk.want_logits) continue;
+    RmsNorm(&x_[(row - 1) * dim], weights_->output_norm.f32(), dim, c.norm_eps,
+            &last_[out * dim]);
+    ++out;
+  }
+  if (n_logits > 0) output_.Forward(last_.data(), n_logits, logits_.data());
+  return absl::Span<const float>(logits_);
+}
+
+}  // namespace kvserve

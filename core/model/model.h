@@ -1,0 +1,88 @@
+// Model: the Llama decoder's forward pass over one engine step.
+//
+// A step is a list of chunks, one per sequence: consecutive new tokens at
+// positions [start_pos, start_pos + tokens.size()) whose K/V the pass writes
+// into the sequence's BlockTable before attending over it. Every weight
+// matrix is read once per step for all chunks (one matmul with m = total
+// tokens). Per layer:
+//   RMSNorm -> Q,K,V projections -> RoPE (adjacent pairs, as llama.cpp's
+//   "normal" mode and llama2.c) -> write K,V -> GQA attention -> output
+//   projection -> residual -> RMSNorm -> SwiGLU MLP -> residual.
+//
+// Thread-safety: not thread-safe; owned by the engine thread. Parallelises
+// internally with OpenMP (oneDNN and the attention kernels).
+#ifndef KVSERVE_CORE_MODEL_MODEL_H_
+#define KVSERVE_CORE_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/attention/gqa_attention.h"
+#include "core/dnnl/linear.h"
+#include "core/kv/block_table.h"
+#include "core/model/weights.h"
+
+namespace kvserve {
+
+struct SeqChunk {
+  // REQUIRES: kv->num_tokens() >= start_pos + tokens.size(); the blocks for
+  // the new positions are writable (BlockTable::Extend made them so).
+  BlockTable* kv = nullptr;
+  int64_t start_pos = 0;
+  absl::Span<const int32_t> tokens;
+  // Compute the logits after this chunk's last token.
+  bool want_logits = false;
+};
+
+class Model {
+ public:
+  // REQUIRES: weights and pool outlive the model; pool's geometry matches
+  // the weights' config.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelWeights* weights, const BlockPool* pool);
+
+  // Runs one step. Returns [number of chunks with want_logits][vocab_size]
+  // logits, rows in chunk order; valid until the next call.
+  // INVALID_ARGUMENT for a token id outside the vocabulary or a position
+  // past the context length.
+  absl::StatusOr<absl::Span<const float>> Forward(
+      absl::Span<const SeqChunk> chunks);
+
+  const ModelConfig& config() const { return weights_->config; }
+  const ModelWeights& weights() const { return *weights_; }
+
+ private:
+  struct LayerLinears {
+    Linear wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+  Model(const ModelWeights* weights, std::unique_ptr<GqaAttention> attention);
+
+  void Embed(int32_t token, float* out) const;
+  void RopeInPlace(float* x, int n_heads, const float* cos_sin) const;
+
+  const ModelWeights* weights_;
+  std::unique_ptr<GqaAttention> attention_;
+  std::vector<LayerLinears> layers_;
+  Linear output_;
+  std::vector<double> inv_freq_;  // [rotary_dim / 2]
+
+  // Scratch, resized per step. m = tokens in the step.
+  std::vector<float> x_;        // [m][dim] residual stream
+  std::vector<float> xb_;       // [m][dim] normed input / projection output
+  std::vector<float> q_;        // [m][q_dim]
+  std::vector<float> k_;        // [m][kv_dim]
+  std::vector<float> v_;        // [m][kv_dim]
+  std::vector<float> att_;      // [m][q_dim]
+  std::vector<float> gate_;     // [m][hidden_dim]
+  std::vector<float> up_;       // [m][hidden_dim]
+  std::vector<float> cos_sin_;  // [m][rotary_dim / 2][2]
+  std::vector<float> last_;     // [n_logits][dim]
+  std::vector<float> logits_;   // [n_logits][vocab_size]
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_MODEL_MODEL_H_

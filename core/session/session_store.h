@@ -1,0 +1,87 @@
+// SessionStore: the server's sessions. A session is a conversation's token
+// history (BOS included) and the KV cache of a prefix of it.
+//
+// Invariant: kv.num_tokens() <= tokens.size(); positions [0,
+// kv.num_tokens()) of the cache hold the K/V of those tokens.
+//
+// Thread-safety: not thread-safe. The engine thread owns the store (every
+// session call reaches it through the engine's queue), so session state and
+// KV blocks are only ever touched by that one thread.
+#ifndef KVSERVE_CORE_SESSION_SESSION_STORE_H_
+#define KVSERVE_CORE_SESSION_SESSION_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/kv/block_table.h"
+
+namespace kvserve {
+
+struct Session {
+  Session(std::string id, BlockPool* pool) : id(std::move(id)), kv(pool) {}
+
+  const std::string id;  // 32 hex digits: 128 random bits
+  std::string owner;     // empty: anyone may use it
+  std::vector<int32_t> tokens;
+  BlockTable kv;
+  std::optional<absl::Duration> ttl;  // idle time before deletion
+  absl::Time create_time;
+  absl::Time last_used;
+  bool busy = false;       // a Generate or Append is running on it
+  bool ephemeral = false;  // deleted when its only request ends
+};
+
+struct SessionPage {
+  std::vector<const Session*> sessions;
+  std::string next_page_token;  // empty on the last page
+};
+
+class SessionStore {
+ public:
+  // REQUIRES: pool outlives the store.
+  explicit SessionStore(BlockPool* pool);
+
+  Session* Create(std::string owner, std::optional<absl::Duration> ttl,
+                  absl::Time now);
+
+  // NOT_FOUND for an unknown id, and for a session of another owner (so
+  // ids of others' sessions are not revealed).
+  absl::StatusOr<Session*> Lookup(std::string_view id, std::string_view owner);
+
+  // Frees the session's blocks at once. REQUIRES: the session is not busy.
+  void Delete(std::string_view id);
+
+  // Sessions of `owner` (all when empty) in id order, after `page_token`.
+  // INVALID_ARGUMENT for a page_size outside [0, 1000].
+  absl::StatusOr<SessionPage> List(std::string_view owner,
+                                   std::string_view page_token,
+                                   int page_size) const;
+
+  // Deletes idle sessions whose TTL has passed; returns how many.
+  int ExpireIdle(absl::Time now);
+
+  // Frees the KV of the least-recently-used idle session that has any
+  // (its tokens stay, so a later request re-prefills them). False when no
+  // idle session holds blocks.
+  bool DropLeastRecentlyUsedKv();
+
+  int64_t size() const { return sessions_.size(); }
+  // Sessions whose KV is fully in RAM vs those holding only tokens.
+  int64_t CountWithKv() const;
+
+ private:
+  BlockPool* pool_;
+  absl::BitGen bitgen_;  // seeded from the OS's entropy
+  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_SESSION_SESSION_STORE_H_
