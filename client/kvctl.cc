@@ -1,0 +1,651 @@
+// kvctl: the command-line client of kvserve (see the command-line contract in
+// DESIGN.md). Flags may come before or after the subcommand.
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/json_writer.h"
+
+ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "Server address, HOST:PORT.");
+ABSL_FLAG(std::optional<absl::Duration>, timeout, std::nullopt,
+          "Deadline of each call, e.g. 10s or 500ms. Default: 2s for health, "
+          "none for generate, 30s otherwise.");
+ABSL_FLAG(std::string, owner, "", "Owner label sent with session calls.");
+ABSL_FLAG(bool, json, false,
+          "Print JSON (one object per line) instead of text.");
+ABSL_FLAG(std::optional<int64_t>, ttl_seconds, std::nullopt,
+          "session create/fork: idle seconds after which the session is "
+          "deleted (default: never).");
+ABSL_FLAG(std::optional<int64_t>, tokens, std::nullopt,
+          "session truncate: keep the first N tokens of the history.");
+ABSL_FLAG(bool, include_tokens, false,
+          "session get: also print the token history.");
+ABSL_FLAG(std::string, session, "",
+          "append/generate: the session id (generate: empty means an "
+          "ephemeral session).");
+ABSL_FLAG(std::optional<int32_t>, max_tokens, std::nullopt,
+          "generate: the most tokens to generate (default: the server's).");
+ABSL_FLAG(std::optional<float>, temperature, std::nullopt,
+          "generate: sampling temperature; 0 is greedy (the server default).");
+ABSL_FLAG(std::optional<int32_t>, top_k, std::nullopt,
+          "generate: sample from the K most likely tokens (0: off).");
+ABSL_FLAG(std::optional<float>, top_p, std::nullopt,
+          "generate: nucleus sampling mass (0 or 1: off).");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "generate: RNG seed, for reproducible sampling (default: random).");
+ABSL_FLAG(std::vector<std::string>, stop, {},
+          "generate: stop when the output contains STR. Repeatable, or a "
+          "comma-separated list (write \\, for a literal comma).");
+ABSL_FLAG(bool, ignore_eos, false,
+          "generate: keep generating past the end-of-sequence token.");
+ABSL_FLAG(std::optional<int32_t>, logprobs, std::nullopt,
+          "generate --json: add each token's logprob and this many "
+          "alternatives (0..20).");
+ABSL_FLAG(bool, add_bos, false, "tokenize: prepend BOS as for a new session.");
+
+namespace kvserve {
+namespace {
+
+constexpr char kUsage[] = R"(command-line client of kvserve.
+
+Usage: kvctl [flags] COMMAND [args]   (flags may also follow the command)
+
+Commands:
+  info                                  the served model and KV cache geometry
+  health                                prints SERVING or NOT_SERVING (2 s deadline)
+  session create [--ttl_seconds=N] [TEXT]   prints the new session id (last line)
+  session get [--include_tokens] ID
+  session delete ID
+  session list
+  session fork [--ttl_seconds=N] ID     prints the new session id (last line)
+  session truncate --tokens=N ID        keeps the first N tokens of the history
+  append --session=ID TEXT              prefills TEXT into the session
+  generate [--session=ID] [--max_tokens=N] [--temperature=T] [--top_k=K]
+           [--top_p=P] [--seed=S] [--stop=STR]... [--ignore_eos] [--json] PROMPT
+                                        streams the generated text; with --json one
+                                        {"token_id", "text"} object per token, then
+                                        {"finish_reason", "usage", "timings"}
+  tokenize [--add_bos] TEXT             token ids and pieces
+  detokenize ID...                      the text of the token ids
+
+Several TEXT words are joined with single spaces; use -- before text that
+starts with a dash. An empty PROMPT with --session continues generation.
+Ctrl-C during a call cancels it.
+
+Errors go to stderr as "kvctl: CODE: message". Exit status:
+  0    success (health: SERVING)
+  1    usage error (unknown command or flag, missing argument)
+  2    health: NOT_SERVING
+  3    UNAVAILABLE: server unreachable or shutting down
+  4    DEADLINE_EXCEEDED
+  5    NOT_FOUND: unknown session
+  6    INVALID_ARGUMENT
+  7    OUT_OF_RANGE: context full
+  8    FAILED_PRECONDITION or ABORTED: session busy
+  9    RESOURCE_EXHAUSTED: server overloaded, retry later
+  10   PERMISSION_DENIED or UNAUTHENTICATED
+  11   UNIMPLEMENTED
+  12   CANCELLED by the server
+  13   any other error (INTERNAL, UNKNOWN, ..., or stdout not writable)
+  130  interrupted (Ctrl-C or SIGTERM); the call was cancelled)";
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitUsage = 1,
+  kExitNotServing = 2,
+  kExitUnavailable = 3,
+  kExitDeadline = 4,
+  kExitNotFound = 5,
+  kExitInvalidArgument = 6,
+  kExitOutOfRange = 7,
+  kExitFailedPrecondition = 8,
+  kExitResourceExhausted = 9,
+  kExitPermissionDenied = 10,
+  kExitUnimplemented = 11,
+  kExitCancelled = 12,
+  kExitOther = 13,
+  kExitInterrupted = 130,
+};
+
+int ExitCodeFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kUnavailable:
+      return kExitUnavailable;
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitDeadline;
+    case absl::StatusCode::kNotFound:
+      return kExitNotFound;
+    case absl::StatusCode::kInvalidArgument:
+      return kExitInvalidArgument;
+    case absl::StatusCode::kOutOfRange:
+      return kExitOutOfRange;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+      return kExitFailedPrecondition;
+    case absl::StatusCode::kResourceExhausted:
+      return kExitResourceExhausted;
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return kExitPermissionDenied;
+    case absl::StatusCode::kUnimplemented:
+      return kExitUnimplemented;
+    case absl::StatusCode::kCancelled:
+      return kExitCancelled;
+    default:
+      return kExitOther;
+  }
+}
+
+// "NOT_FOUND" etc., the names gRPC users know.
+std::string CodeName(absl::StatusCode code) {
+  std::string name = absl::StatusCodeToString(code);
+  for (char& c : name) {
+    if (c == ' ') {
+      c = '_';
+    } else if (c >= 'a' && c <= 'z') {
+      c = static_cast<char>(c - 'a' + 'A');
+    }
+  }
+  return name;
+}
+
+// Set once SIGINT or SIGTERM arrived; the call in flight is then cancelled.
+std::atomic<bool> g_interrupted{false};
+
+int Fail(const absl::Status& status) {
+  if (g_interrupted.load()) {
+    std::cerr << "kvctl: CANCELLED: interrupted" << std::endl;
+    return kExitInterrupted;
+  }
+  std::cerr << "kvctl: " << CodeName(status.code()) << ": " << status.message()
+            << std::endl;
+  return ExitCodeFor(status.code());
+}
+
+int UsageError(absl::string_view message) {
+  std::cerr << "kvctl: " << message << " (see kvctl --help)" << std::endl;
+  return kExitUsage;
+}
+
+// Watches SIGINT and SIGTERM (blocked in every thread, gRPC's included) and
+// cancels the calls in flight when one arrives; a second one exits at once.
+class SignalWatcher {
+ public:
+  // REQUIRES: called before any other thread is started.
+  explicit SignalWatcher(Cancellation* cancellation)
+      : cancellation_(cancellation) {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~SignalWatcher() {
+    stop_.store(true);
+    thread_.join();
+  }
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+ private:
+  void Run() {
+    const timespec poll_interval = {0, 50 * 1000 * 1000};
+    while (!stop_.load()) {
+      const int signal = sigtimedwait(&signals_, nullptr, &poll_interval);
+      if (signal < 0) continue;  // timeout or EINTR
+      if (g_interrupted.exchange(true)) {
+        std::quick_exit(kExitInterrupted);
+      }
+      cancellation_->Cancel();
+    }
+  }
+
+  Cancellation* cancellation_;
+  sigset_t signals_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Writes to stdout and flushes; false once stdout is gone (closed pipe).
+bool WriteOut(absl::string_view text) {
+  if (!text.empty() &&
+      std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+    return false;
+  }
+  return std::fflush(stdout) == 0;
+}
+
+int WriteFailed() {
+  std::cerr << "kvctl: cannot write to stdout" << std::endl;
+  return kExitOther;
+}
+
+// The command line after the flags: the command words and their arguments.
+struct Args {
+  std::vector<std::string> words;
+
+  size_t size() const { return words.size(); }
+  // Words [from, end) joined by single spaces.
+  std::string Text(size_t from) const {
+    if (from >= words.size()) return "";
+    return absl::StrJoin(words.begin() + from, words.end(), " ");
+  }
+};
+
+// absl keeps only the last value of a repeated flag, so --stop values are
+// taken out of argv before parsing and collected here, commas split.
+std::vector<std::string> TakeStopFlags(std::vector<char*>* argv) {
+  std::vector<std::string> values;
+  std::vector<char*> kept;
+  bool flags_ended = false;
+  for (size_t i = 0; i < argv->size(); ++i) {
+    absl::string_view arg = (*argv)[i];
+    if (i == 0 || flags_ended) {
+      kept.push_back((*argv)[i]);
+      continue;
+    }
+    if (arg == "--") flags_ended = true;
+    std::optional<std::string> value;
+    for (absl::string_view name : {"--stop", "-stop"}) {
+      if (arg == name && i + 1 < argv->size()) {
+        value = (*argv)[++i];
+        break;
+      }
+      if (absl::StartsWith(arg, absl::StrCat(name, "="))) {
+        value = std::string(arg.substr(name.size() + 1));
+        break;
+      }
+    }
+    if (!value.has_value()) {
+      kept.push_back((*argv)[i]);
+      continue;
+    }
+    std::string current;
+    for (size_t j = 0; j < value->size(); ++j) {
+      const char c = (*value)[j];
+      if (c == '\\' && j + 1 < value->size() && (*value)[j + 1] == ',') {
+        current.push_back(',');
+        ++j;
+      } else if (c == ',') {
+        if (!current.empty()) values.push_back(current);
+        current.clear();
+      } else {
+        current.push_back(c);
+      }
+    }
+    if (!current.empty()) values.push_back(current);
+  }
+  *argv = std::move(kept);
+  return values;
+}
+
+CallOptions MakeCallOptions(Cancellation* cancellation,
+                            std::optional<absl::Duration> default_timeout) {
+  CallOptions options;
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  if (!options.timeout.has_value()) options.timeout = default_timeout;
+  options.cancellation = cancellation;
+  return options;
+}
+
+// Prints a message as JSON or "name: value" lines.
+bool PrintMessage(const google::protobuf::Message& message) {
+  return WriteOut(absl::GetFlag(FLAGS_json) ? ProtoToJson(message) + "\n"
+                                            : ProtoToText(message));
+}
+
+class Commands {
+ public:
+  Commands(Client* client, Cancellation* cancellation)
+      : client_(client), cancellation_(cancellation) {}
+
+  int Run(const Args& args) {
+    const std::string& command = args.words[0];
+    if (command == "info") return Info(args);
+    if (command == "health") return Health(args);
+    if (command == "session") return Session(args);
+    if (command == "append") return Append(args);
+    if (command == "generate") return Generate(args);
+    if (command == "tokenize") return Tokenize(args);
+    if (command == "detokenize") return Detokenize(args);
+    return UsageError(absl::StrCat("unknown command \"", command, "\""));
+  }
+
+ private:
+  CallOptions Options(
+      std::optional<absl::Duration> default_timeout = std::nullopt) const {
+    return MakeCallOptions(cancellation_, default_timeout);
+  }
+
+  int Info(const Args& args) {
+    if (args.size() != 1) return UsageError("info takes no arguments");
+    absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo(Options());
+    if (!info.ok()) return Fail(info.status());
+    return PrintMessage(*info) ? kExitOk : WriteFailed();
+  }
+
+  int Health(const Args& args) {
+    if (args.size() != 1) return UsageError("health takes no arguments");
+    absl::StatusOr<ServingStatus> status =
+        client_->Health(Options(absl::Seconds(2)));
+    const ServingStatus shown =
+        status.ok() ? *status : ServingStatus::kNotServing;
+    if (!WriteOut(absl::StrCat(ServingStatusName(shown), "\n"))) {
+      return WriteFailed();
+    }
+    if (!status.ok()) return Fail(status.status());
+    return shown == ServingStatus::kServing ? kExitOk : kExitNotServing;
+  }
+
+  int Session(const Args& args) {
+    if (args.size() < 2) {
+      return UsageError(
+          "session needs a subcommand: create, get, delete, list, fork or "
+          "truncate");
+    }
+    const std::string& sub = args.words[1];
+    const std::string owner = absl::GetFlag(FLAGS_owner);
+    if (sub == "create") {
+      v1::CreateSessionRequest request;
+      if (args.size() > 2) request.mutable_initial()->set_text(args.Text(2));
+      if (auto ttl = absl::GetFlag(FLAGS_ttl_seconds)) {
+        request.set_ttl_seconds(*ttl);
+      }
+      request.set_owner(owner);
+      return PrintNewSession(client_->CreateSession(request, Options()));
+    }
+    if (sub == "list") {
+      if (args.size() != 2) return UsageError("session list takes no ID");
+      return List(owner);
+    }
+    if (args.size() != 3) {
+      return UsageError(absl::StrCat("session ", sub, " needs one ID"));
+    }
+    const std::string& id = args.words[2];
+    if (sub == "get") {
+      v1::GetSessionRequest request;
+      request.set_session_id(id);
+      request.set_include_tokens(absl::GetFlag(FLAGS_include_tokens));
+      request.set_owner(owner);
+      absl::StatusOr<v1::Session> session =
+          client_->GetSession(request, Options());
+      if (!session.ok()) return Fail(session.status());
+      return PrintMessage(*session) ? kExitOk : WriteFailed();
+    }
+    if (sub == "delete") {
+      v1::DeleteSessionRequest request;
+      request.set_session_id(id);
+      request.set_owner(owner);
+      absl::Status status = client_->DeleteSession(request, Options());
+      return status.ok() ? kExitOk : Fail(status);
+    }
+    if (sub == "fork") {
+      v1::ForkSessionRequest request;
+      request.set_session_id(id);
+      if (auto ttl = absl::GetFlag(FLAGS_ttl_seconds)) {
+        request.set_ttl_seconds(*ttl);
+      }
+      request.set_owner(owner);
+      return PrintNewSession(client_->ForkSession(request, Options()));
+    }
+    if (sub == "truncate") {
+      const std::optional<int64_t> tokens = absl::GetFlag(FLAGS_tokens);
+      if (!tokens.has_value()) {
+        return UsageError("session truncate needs --tokens=N");
+      }
+      v1::TruncateSessionRequest request;
+      request.set_session_id(id);
+      request.set_tokens(*tokens);
+      request.set_owner(owner);
+      absl::StatusOr<v1::Session> session =
+          client_->TruncateSession(request, Options());
+      if (!session.ok()) return Fail(session.status());
+      return PrintMessage(*session) ? kExitOk : WriteFailed();
+    }
+    return UsageError(absl::StrCat("unknown session subcommand \"", sub, "\""));
+  }
+
+  // The id alone for people and scripts; the whole session with --json.
+  int PrintNewSession(const absl::StatusOr<v1::Session>& session) {
+    if (!session.ok()) return Fail(session.status());
+    const bool written = absl::GetFlag(FLAGS_json)
+                             ? PrintMessage(*session)
+                             : WriteOut(session->session_id() + "\n");
+    return written ? kExitOk : WriteFailed();
+  }
+
+  int List(const std::string& owner) {
+    v1::ListSessionsRequest request;
+    request.set_owner(owner);
+    // Bounded, in case a server kept returning the same page token.
+    for (int page = 0; page < 100000; ++page) {
+      absl::StatusOr<v1::ListSessionsResponse> response =
+          client_->ListSessions(request, Options());
+      if (!response.ok()) return Fail(response.status());
+      for (const v1::Session& session : response->sessions()) {
+        const std::string line =
+            absl::GetFlag(FLAGS_json)
+                ? ProtoToJson(session) + "\n"
+                : absl::StrCat(session.session_id(),
+                               " tokens=", session.num_tokens(),
+                               " kv_bytes=", session.kv_bytes(),
+                               " tier=", session.tier(),
+                               session.busy() ? " busy" : "", "\n");
+        if (!WriteOut(line)) return WriteFailed();
+      }
+      if (response->next_page_token().empty() ||
+          response->next_page_token() == request.page_token()) {
+        return kExitOk;
+      }
+      request.set_page_token(response->next_page_token());
+    }
+    return kExitOk;
+  }
+
+  int Append(const Args& args) {
+    const std::string session_id = absl::GetFlag(FLAGS_session);
+    if (session_id.empty()) return UsageError("append needs --session=ID");
+    if (args.size() < 2) return UsageError("append needs TEXT");
+    v1::AppendRequest request;
+    request.set_session_id(session_id);
+    request.mutable_input()->set_text(args.Text(1));
+    request.set_owner(absl::GetFlag(FLAGS_owner));
+    absl::StatusOr<v1::AppendResponse> response =
+        client_->Append(request, Options());
+    if (!response.ok()) return Fail(response.status());
+    return PrintMessage(*response) ? kExitOk : WriteFailed();
+  }
+
+  int Generate(const Args& args) {
+    v1::GenerateRequest request;
+    request.set_session_id(absl::GetFlag(FLAGS_session));
+    if (args.size() < 2 && request.session_id().empty()) {
+      return UsageError("generate needs a PROMPT (or --session=ID)");
+    }
+    if (args.size() >= 2) request.mutable_prompt()->set_text(args.Text(1));
+    if (auto v = absl::GetFlag(FLAGS_max_tokens)) request.set_max_tokens(*v);
+    v1::SamplingParams& sampling = *request.mutable_sampling();
+    if (auto v = absl::GetFlag(FLAGS_temperature)) sampling.set_temperature(*v);
+    if (auto v = absl::GetFlag(FLAGS_top_k)) sampling.set_top_k(*v);
+    if (auto v = absl::GetFlag(FLAGS_top_p)) sampling.set_top_p(*v);
+    if (auto v = absl::GetFlag(FLAGS_seed)) sampling.set_seed(*v);
+    for (const std::string& stop : absl::GetFlag(FLAGS_stop)) {
+      request.add_stop(stop);
+    }
+    request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+    if (auto v = absl::GetFlag(FLAGS_logprobs)) request.set_logprobs(*v);
+    request.set_owner(absl::GetFlag(FLAGS_owner));
+
+    const bool json = absl::GetFlag(FLAGS_json);
+    bool write_failed = false;
+    bool printed_text = false;
+    auto on_token = [&](const v1::GeneratedToken& token) {
+      std::string out;
+      if (json) {
+        JsonObject object;
+        object.AddInt("token_id", token.token_id());
+        object.AddString("text", token.text());
+        if (token.has_logprob()) object.AddDouble("logprob", token.logprob());
+        if (token.top_logprobs_size() > 0) {
+          std::string top = "[";
+          for (const v1::TokenLogprob& alt : token.top_logprobs()) {
+            if (top.size() > 1) top.append(", ");
+            top.append(JsonObject()
+                           .AddInt("token_id", alt.token_id())
+                           .AddString("text", alt.text())
+                           .AddDouble("logprob", alt.logprob())
+                           .str());
+          }
+          object.AddRaw("top_logprobs", top + "]");
+        }
+        out = object.str() + "\n";
+      } else {
+        out = token.text();
+        printed_text = true;
+      }
+      write_failed = !WriteOut(out);
+      return !write_failed;
+    };
+    absl::StatusOr<v1::GenerateFinal> final_message =
+        client_->Generate(request, on_token, Options());
+    if (write_failed) return WriteFailed();
+    if (!final_message.ok()) {
+      if (printed_text) WriteOut("\n");
+      return Fail(final_message.status());
+    }
+    std::string out;
+    if (json) {
+      JsonObject object;
+      object.AddString("finish_reason",
+                       FinishReasonName(final_message->finish_reason()));
+      const v1::Usage& usage = final_message->usage();
+      object.AddObject(
+          "usage",
+          JsonObject()
+              .AddInt("prompt_tokens", usage.prompt_tokens())
+              .AddInt("cached_prompt_tokens", usage.cached_prompt_tokens())
+              .AddInt("generated_tokens", usage.generated_tokens()));
+      const v1::Timings& timings = final_message->timings();
+      object.AddObject(
+          "timings",
+          JsonObject()
+              .AddDouble("queue_seconds", timings.queue_seconds())
+              .AddDouble("prefill_seconds", timings.prefill_seconds())
+              .AddDouble("decode_seconds", timings.decode_seconds()));
+      if (!final_message->session_id().empty()) {
+        object.AddString("session_id", final_message->session_id());
+      }
+      if (!final_message->text().empty()) {
+        object.AddString("text", final_message->text());
+      }
+      out = object.str() + "\n";
+    } else {
+      out = final_message->text() + "\n";
+    }
+    return WriteOut(out) ? kExitOk : WriteFailed();
+  }
+
+  int Tokenize(const Args& args) {
+    if (args.size() < 2) return UsageError("tokenize needs TEXT");
+    v1::TokenizeRequest request;
+    request.set_text(args.Text(1));
+    request.set_add_bos(absl::GetFlag(FLAGS_add_bos));
+    absl::StatusOr<v1::TokenizeResponse> response =
+        client_->Tokenize(request, Options());
+    if (!response.ok()) return Fail(response.status());
+    if (absl::GetFlag(FLAGS_json)) {
+      return PrintMessage(*response) ? kExitOk : WriteFailed();
+    }
+    std::string out;
+    for (int i = 0; i < response->token_ids_size(); ++i) {
+      absl::StrAppend(
+          &out, response->token_ids(i), "\t",
+          i < response->pieces_size() ? JsonString(response->pieces(i)) : "",
+          "\n");
+    }
+    return WriteOut(out) ? kExitOk : WriteFailed();
+  }
+
+  int Detokenize(const Args& args) {
+    if (args.size() < 2) return UsageError("detokenize needs token IDs");
+    v1::DetokenizeRequest request;
+    for (size_t i = 1; i < args.size(); ++i) {
+      int32_t id;
+      if (!absl::SimpleAtoi(args.words[i], &id)) {
+        return UsageError(
+            absl::StrCat("not a token id: \"", args.words[i], "\""));
+      }
+      request.add_token_ids(id);
+    }
+    absl::StatusOr<v1::DetokenizeResponse> response =
+        client_->Detokenize(request, Options());
+    if (!response.ok()) return Fail(response.status());
+    if (absl::GetFlag(FLAGS_json)) {
+      return PrintMessage(*response) ? kExitOk : WriteFailed();
+    }
+    return WriteOut(response->text() + "\n") ? kExitOk : WriteFailed();
+  }
+
+  Client* client_;
+  Cancellation* cancellation_;
+};
+
+int Main(int argc, char** argv) {
+  // A closed stdout must show up as a failed write, not kill the process.
+  signal(SIGPIPE, SIG_IGN);
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> raw_args(argv, argv + argc);
+  std::vector<std::string> stops = TakeStopFlags(&raw_args);
+  std::vector<char*> positional = absl::ParseCommandLine(
+      static_cast<int>(raw_args.size()), raw_args.data());
+  if (!stops.empty()) absl::SetFlag(&FLAGS_stop, stops);
+
+  Args args;
+  for (size_t i = 1; i < positional.size(); ++i) {
+    args.words.emplace_back(positional[i]);
+  }
+  if (args.words.empty()) {
+    std::cerr << "kvctl: " << kUsage << std::endl;
+    return kExitUsage;
+  }
+
+  Cancellation cancellation;
+  SignalWatcher watcher(&cancellation);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(absl::GetFlag(FLAGS_addr));
+  if (!client.ok()) {
+    return UsageError(absl::StrCat("--addr: ", client.status().message()));
+  }
+  Commands commands(client->get(), &cancellation);
+  return commands.Run(args);
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) { return kvserve::Main(argc, argv); }
