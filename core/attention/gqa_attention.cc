@@ -1,23 +1,44 @@
 #include "core/attention/gqa_attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/attention/decode_kernel.h"
 #include "core/kv/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {
 namespace {
 
-inline float Load(const float* p, int64_t i) { return p[i]; }
-inline float Load(const uint16_t* p, int64_t i) { return Bf16ToFloat(p[i]); }
+using attention_internal::DecodeArgs;
+using attention_internal::DecodeKernel;
+using attention_internal::PartialState;
+
+// Split-K granularity: a (sequence, KV group) is cut into runs of blocks so
+// that every thread gets several runs, but no run is shorter than this many
+// positions (shorter runs cost more in combining than they gain).
+constexpr int64_t kMinRunTokens = 256;
+constexpr int kRunsPerThread = 4;
+
+// One unit of decode work: a run of one sequence's blocks for one KV group.
+struct Run {
+  int32_t seq;
+  int32_t group;
+  int32_t first_block;
+  int32_t n_blocks;
+  int32_t last_block_tokens;
+};
 
 }  // namespace
 
 struct GqaAttention::Impl {
+  // Constant after construction.
   const BlockPool* pool;
   int n_heads;
   int n_kv_heads;
@@ -25,47 +46,173 @@ struct GqaAttention::Impl {
   int kv_mul;
   int block_tokens;
   DType dtype;
+  DecodePath decode_path;
+  float q_scale;  // log2(e) / sqrt(head_dim): scores in log2 units
+  DecodeKernel kernel;
 
-  // One query row attends to positions [0, n_ctx) of one KV group:
-  // online softmax over the group's blocks. out: [head_dim].
-  template <typename T>
-  void AttendRow(int layer, const SeqKv& seq, int64_t n_ctx, int g,
-                 const float* q, float* out) const {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    float m = -INFINITY;
-    float l = 0.0f;
-    std::fill(out, out + head_dim, 0.0f);
-    for (int64_t pos = 0; pos < n_ctx; ++pos) {
-      const int32_t block = seq.blocks[pos / block_tokens];
-      const int64_t row =
-          (int64_t{g} * block_tokens + pos % block_tokens) * head_dim;
-      const T* k = static_cast<const T*>(pool->KeyBlock(layer, block)) + row;
-      const T* v = static_cast<const T*>(pool->ValueBlock(layer, block)) + row;
-      float s = 0.0f;
-      for (int d = 0; d < head_dim; ++d) s += q[d] * Load(k, d);
-      s *= scale;
-      if (s > m) {
-        const float c = std::exp(m - s);
-        l *= c;
-        for (int d = 0; d < head_dim; ++d) out[d] *= c;
-        m = s;
-      }
-      const float p = std::exp(s - m);
-      l += p;
-      for (int d = 0; d < head_dim; ++d) out[d] += p * Load(v, d);
-    }
-    for (int d = 0; d < head_dim; ++d) out[d] /= l;
+  // Reused across calls (the instance is used by one thread at a time).
+  std::vector<Run> runs;
+  std::vector<int32_t> first_run;  // [seq * n_kv_heads + group], + end
+  std::vector<float> partials;     // [run][kv_mul * (2 + head_dim)]
+  std::vector<std::vector<float>> thread_scratch;
+
+  int64_t PartialFloats() const { return int64_t{kv_mul} * (2 + head_dim); }
+  PartialState Partial(int64_t run) {
+    float* p = partials.data() + run * PartialFloats();
+    return PartialState{p, p + kv_mul, p + 2 * kv_mul};
+  }
+  int64_t BlockStride() const {
+    return int64_t{n_kv_heads} * block_tokens * head_dim;
   }
 
-  void Row(int layer, const SeqKv& seq, int64_t n_ctx, int head, const float* q,
-           float* out) const {
-    if (dtype == DType::kF32) {
-      AttendRow<float>(layer, seq, n_ctx, head / kv_mul, q, out);
-    } else {
-      AttendRow<uint16_t>(layer, seq, n_ctx, head / kv_mul, q, out);
-    }
-  }
+  void PlanRuns(absl::Span<const SeqKv> seqs, int n_threads);
+  void RunFused(int layer, absl::Span<const SeqKv> seqs, const float* q,
+                float* out);
+  // Fused decode of kv_mul query rows q ([kv_mul][head_dim]) over the
+  // group's positions [0, n_ctx) of `seq`, written normalised to out.
+  void DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx, int group,
+                  const float* q, float* out, float* scratch) const;
 };
+
+void GqaAttention::Impl::PlanRuns(absl::Span<const SeqKv> seqs, int n_threads) {
+  int64_t total_blocks = 0;
+  for (const SeqKv& s : seqs) {
+    KVSERVE_CHECK(s.n_ctx > 0);
+    KVSERVE_CHECK(s.n_ctx <=
+                  static_cast<int64_t>(s.blocks.size()) * block_tokens);
+    total_blocks += (s.n_ctx + block_tokens - 1) / block_tokens;
+  }
+  total_blocks *= n_kv_heads;
+  const int64_t min_run = (kMinRunTokens + block_tokens - 1) / block_tokens;
+  const int64_t target = std::max<int64_t>(
+      min_run, (total_blocks + n_threads * kRunsPerThread - 1) /
+                   (n_threads * kRunsPerThread));
+  runs.clear();
+  first_run.clear();
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const int64_t nb = (seqs[b].n_ctx + block_tokens - 1) / block_tokens;
+    const int64_t pieces = (nb + target - 1) / target;
+    const int64_t per = (nb + pieces - 1) / pieces;
+    for (int g = 0; g < n_kv_heads; ++g) {
+      first_run.push_back(static_cast<int32_t>(runs.size()));
+      for (int64_t j = 0; j < nb; j += per) {
+        const int64_t n = std::min(per, nb - j);
+        const int64_t end_tok = std::min(seqs[b].n_ctx, (j + n) * block_tokens);
+        runs.push_back(
+            Run{static_cast<int32_t>(b), g, static_cast<int32_t>(j),
+                static_cast<int32_t>(n),
+                static_cast<int32_t>(end_tok - (j + n - 1) * block_tokens)});
+      }
+    }
+  }
+  first_run.push_back(static_cast<int32_t>(runs.size()));
+}
+
+void GqaAttention::Impl::RunFused(int layer, absl::Span<const SeqKv> seqs,
+                                  const float* q, float* out) {
+  const int n_threads = omp_get_max_threads();
+  PlanRuns(seqs, n_threads);
+  partials.resize(runs.size() * PartialFloats());
+  const int64_t scratch_floats =
+      attention_internal::DecodeScratchFloats(head_dim, kv_mul, block_tokens) +
+      int64_t{kv_mul} * head_dim;
+  if (static_cast<int>(thread_scratch.size()) < n_threads) {
+    thread_scratch.resize(n_threads);
+  }
+  for (auto& s : thread_scratch) s.resize(scratch_floats);
+  const char* k_base = static_cast<const char*>(pool->KeyBlock(layer, 0));
+  const char* v_base = static_cast<const char*>(pool->ValueBlock(layer, 0));
+  const int64_t elem = DTypeSize(dtype);
+  const int64_t n_runs = static_cast<int64_t>(runs.size());
+  const int64_t n_pairs = static_cast<int64_t>(seqs.size()) * n_kv_heads;
+  const int64_t row = int64_t{n_heads} * head_dim;
+  const int64_t group_floats = int64_t{kv_mul} * head_dim;
+
+#pragma omp parallel num_threads(n_threads)
+  {
+    float* scratch = thread_scratch[omp_get_thread_num()].data();
+    float* qs = scratch;
+    DecodeArgs args;
+    args.head_dim = head_dim;
+    args.kv_mul = kv_mul;
+    args.block_tokens = block_tokens;
+    args.q = qs;
+    args.block_stride = BlockStride();
+    args.scratch = scratch + group_floats;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t r = 0; r < n_runs; ++r) {
+      const Run& run = runs[r];
+      const float* qg = q + run.seq * row + run.group * group_floats;
+      for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
+      const int64_t group_offset =
+          int64_t{run.group} * block_tokens * head_dim * elem;
+      args.k_base = k_base + group_offset;
+      args.v_base = v_base + group_offset;
+      args.blocks = seqs[run.seq].blocks.data() + run.first_block;
+      args.n_blocks = run.n_blocks;
+      args.last_block_tokens = run.last_block_tokens;
+      kernel(args, Partial(r));
+    }
+    // Combine each (sequence, group)'s runs: rescale to the common max.
+#pragma omp for schedule(static)
+    for (int64_t pair = 0; pair < n_pairs; ++pair) {
+      const int32_t r0 = first_run[pair];
+      const int32_t r1 = first_run[pair + 1];
+      float* o =
+          out + (pair / n_kv_heads) * row + (pair % n_kv_heads) * group_floats;
+      for (int h = 0; h < kv_mul; ++h) {
+        float m = -INFINITY;
+        for (int32_t r = r0; r < r1; ++r) m = std::max(m, Partial(r).m[h]);
+        float l = 0.0f;
+        float* oh = o + h * head_dim;
+        std::fill(oh, oh + head_dim, 0.0f);
+        for (int32_t r = r0; r < r1; ++r) {
+          const PartialState p = Partial(r);
+          const float c = attention_internal::Exp2(p.m[h] - m);
+          l += p.l[h] * c;
+          const float* acc = p.acc + h * head_dim;
+          for (int d = 0; d < head_dim; ++d) oh[d] += c * acc[d];
+        }
+        const float inv = 1.0f / l;
+        for (int d = 0; d < head_dim; ++d) oh[d] *= inv;
+      }
+    }
+  }
+}
+
+void GqaAttention::Impl::DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx,
+                                    int group, const float* q, float* out,
+                                    float* scratch) const {
+  const int64_t group_floats = int64_t{kv_mul} * head_dim;
+  float* qs = scratch;
+  float* state = qs + group_floats;  // m, l, acc
+  for (int64_t i = 0; i < group_floats; ++i) qs[i] = q[i] * q_scale;
+  const int64_t elem = DTypeSize(dtype);
+  const int64_t group_offset = int64_t{group} * block_tokens * head_dim * elem;
+  DecodeArgs args;
+  args.head_dim = head_dim;
+  args.kv_mul = kv_mul;
+  args.block_tokens = block_tokens;
+  args.q = qs;
+  args.k_base =
+      static_cast<const char*>(pool->KeyBlock(layer, 0)) + group_offset;
+  args.v_base =
+      static_cast<const char*>(pool->ValueBlock(layer, 0)) + group_offset;
+  args.block_stride = BlockStride();
+  args.blocks = seq.blocks.data();
+  args.n_blocks = static_cast<int>((n_ctx + block_tokens - 1) / block_tokens);
+  args.last_block_tokens =
+      static_cast<int>(n_ctx - int64_t{args.n_blocks - 1} * block_tokens);
+  args.scratch = state + kv_mul * (2 + head_dim);
+  PartialState st{state, state + kv_mul, state + 2 * kv_mul};
+  kernel(args, st);
+  for (int h = 0; h < kv_mul; ++h) {
+    const float inv = 1.0f / st.l[h];
+    for (int d = 0; d < head_dim; ++d) {
+      out[h * head_dim + d] = st.acc[h * head_dim + d] * inv;
+    }
+  }
+}
 
 absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
     const BlockPool* pool, const GqaAttentionOptions& options) {
@@ -83,6 +230,11 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   impl->kv_mul = options.n_heads / po.n_kv_heads;
   impl->block_tokens = po.block_tokens;
   impl->dtype = po.dtype;
+  impl->decode_path = options.decode_path;
+  impl->q_scale = static_cast<float>(std::numbers::log2e /
+                                     std::sqrt(double{1.0} * po.head_dim));
+  impl->kernel = attention_internal::SelectDecodeKernel(
+      attention_internal::BestIsa(), po.dtype, po.head_dim);
   return std::unique_ptr<GqaAttention>(new GqaAttention(std::move(impl)));
 }
 
@@ -92,27 +244,31 @@ GqaAttention::~GqaAttention() = default;
 
 void GqaAttention::GqaDecode(int layer, absl::Span<const SeqKv> seqs,
                              const float* q, float* out) {
-  const Impl& im = *impl_;
-  const int64_t n_rows = static_cast<int64_t>(seqs.size()) * im.n_heads;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const SeqKv& seq = seqs[r / im.n_heads];
-    KVSERVE_CHECK(seq.n_ctx > 0);
-    im.Row(layer, seq, seq.n_ctx, static_cast<int>(r % im.n_heads),
-           q + r * im.head_dim, out + r * im.head_dim);
-  }
+  if (seqs.empty()) return;
+  impl_->RunFused(layer, seqs, q, out);
 }
 
 void GqaAttention::GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos,
                               int64_t n_new, const float* q, float* out) {
-  const Impl& im = *impl_;
+  Impl& im = *impl_;
   KVSERVE_CHECK(start_pos >= 0 && seq.n_ctx >= start_pos + n_new);
-  const int64_t n_rows = n_new * im.n_heads;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t i = r / im.n_heads;
-    im.Row(layer, seq, start_pos + i + 1, static_cast<int>(r % im.n_heads),
-           q + r * im.head_dim, out + r * im.head_dim);
+  const int64_t scratch_floats = attention_internal::DecodeScratchFloats(
+                                     im.head_dim, im.kv_mul, im.block_tokens) +
+                                 int64_t{im.kv_mul} * (3 + 2 * im.head_dim);
+  const int64_t n_items = n_new * im.n_kv_heads;
+  const int64_t row = int64_t{im.n_heads} * im.head_dim;
+  const int64_t group_floats = int64_t{im.kv_mul} * im.head_dim;
+#pragma omp parallel
+  {
+    std::vector<float> scratch(scratch_floats);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < n_items; ++it) {
+      const int64_t i = it / im.n_kv_heads;
+      const int g = static_cast<int>(it % im.n_kv_heads);
+      im.DecodeRows(layer, seq, start_pos + i + 1, g,
+                    q + i * row + g * group_floats,
+                    out + i * row + g * group_floats, scratch.data());
+    }
   }
 }
 

@@ -25,8 +25,14 @@ struct SeqKv {
   int64_t n_ctx = 0;
 };
 
+// How GqaDecode computes. kAuto picks per shape what the benchmark
+// (bench/attention_bench) measured fastest; the others force a path, for
+// tests and benchmarks.
+enum class DecodePath { kAuto, kFused, kOneDnn };
+
 struct GqaAttentionOptions {
   int n_heads = 0;  // query heads; the pool gives n_kv_heads and head_dim
+  DecodePath decode_path = DecodePath::kAuto;
 };
 
 class GqaAttention {
@@ -48,8 +54,8 @@ class GqaAttention {
   // [0, start_pos + i]. Their K/V must already be written.
   // REQUIRES: seq.n_ctx >= start_pos + n_new.
   // q, out: [n_new][n_heads][head_dim] f32.
-  void GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos,
-                  int64_t n_new, const float* q, float* out);
+  void GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos, int64_t n_new,
+                  const float* q, float* out);
 
  private:
   struct Impl;

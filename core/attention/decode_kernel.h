@@ -1,0 +1,62 @@
+// The fused paged decode kernel: for one KV group and a run of its blocks,
+// the unnormalised attention state of all kv_mul query heads of the group,
+// in one pass over the blocks' K and V (online softmax across blocks).
+//
+// Internal to core/attention. Variants: AVX-512 (f32 and bf16 K/V), AVX2,
+// and a portable scalar one, chosen once at run time from the CPU's
+// features; the build has no -march flags.
+#ifndef KVSERVE_CORE_ATTENTION_DECODE_KERNEL_H_
+#define KVSERVE_CORE_ATTENTION_DECODE_KERNEL_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/model/config.h"
+
+namespace kvserve::attention_internal {
+
+// Softmax state of kv_mul rows over the positions seen so far, in base 2:
+// the attention output is acc[h] / l[h], and l[h] = Σ 2^(s − m[h]) with s
+// the scores in log2 units (q is pre-scaled by log2(e) / sqrt(head_dim)).
+struct PartialState {
+  float* m;    // [kv_mul] running max of the scores
+  float* l;    // [kv_mul] running sum of 2^(s − m)
+  float* acc;  // [kv_mul][head_dim] running Σ 2^(s − m) · v
+};
+
+struct DecodeArgs {
+  int head_dim = 0;
+  int kv_mul = 0;
+  int block_tokens = 0;
+  // [kv_mul][head_dim] f32, already scaled by log2(e) / sqrt(head_dim).
+  const float* q = nullptr;
+  // The group's K (V) rows of block b start at k_base (v_base) +
+  // b * block_stride elements; elements are float or bf16 bits.
+  const void* k_base = nullptr;
+  const void* v_base = nullptr;
+  int64_t block_stride = 0;
+  const int32_t* blocks = nullptr;  // the run, in position order
+  int n_blocks = 0;                 // >= 1
+  int last_block_tokens = 0;        // valid positions in the last block, >= 1
+  // Per-thread scratch of at least DecodeScratchFloats() floats.
+  float* scratch = nullptr;
+};
+
+int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens);
+
+// Computes the state from scratch (it is not accumulated into).
+using DecodeKernel = void (*)(const DecodeArgs& args, PartialState out);
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+// The best ISA this CPU supports (KVSERVE_ISA=scalar|avx2|avx512 caps it).
+Isa BestIsa();
+std::string_view IsaName(Isa isa);
+// The fastest kernel for the shape on `isa`.
+DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim);
+
+// 2^x for the kernels' softmax (scalar; exact to a few ulp).
+float Exp2(float x);
+
+}  // namespace kvserve::attention_internal
+
+#endif  // KVSERVE_CORE_ATTENTION_DECODE_KERNEL_H_
