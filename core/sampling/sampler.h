@@ -1,0 +1,85 @@
+// Token sampling from one step's logits: greedy, temperature, top-k, top-p
+// (nucleus) and a seed; plus the log-probabilities reported to clients.
+#ifndef KVSERVE_CORE_SAMPLING_SAMPLER_H_
+#define KVSERVE_CORE_SAMPLING_SAMPLER_H_
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace kvserve {
+
+struct SamplingOptions {
+  float temperature = 0.0f;  // 0: greedy (argmax; ties -> lowest id)
+  int top_k = 0;             // 0: off; else keep the k most likely
+  // 0 or 1: off; else keep the smallest set of most likely tokens whose
+  // cumulative probability is >= top_p (nucleus), applied after top_k.
+  float top_p = 0.0f;
+  uint64_t seed = 0;
+};
+
+// OK, or INVALID_ARGUMENT naming the field and value unless temperature is
+// finite and >= 0, top_k >= 0 and 0 <= top_p <= 1.
+absl::Status ValidateSamplingOptions(const SamplingOptions& options);
+
+// Draws token ids from softmax(logits / temperature) restricted to the top_k
+// most likely tokens, then to the top_p nucleus of those. Ranking is by logit,
+// ties broken by the lower id. top_k == 1 is greedy at any temperature.
+//
+// A seed reproduces the same tokens for the same logits on every run and
+// machine: the generator is std::mt19937_64, whose output the standard fixes,
+// and the uniform draw and arithmetic are our own.
+//
+// NaN logits count as -inf (never sampled unless every logit is NaN). When
+// the largest logit is not finite (all -inf, or some +inf), the result is the
+// greedy choice.
+//
+// Thread-safety: not thread-safe; one Sampler per request.
+class Sampler {
+ public:
+  // REQUIRES: ValidateSamplingOptions(options).ok().
+  explicit Sampler(const SamplingOptions& options);
+
+  // REQUIRES: !logits.empty().
+  int32_t Sample(absl::Span<const float> logits);
+
+  const SamplingOptions& options() const { return options_; }
+
+ private:
+  // A uniform double in [0, 1) with 53 random bits.
+  double Uniform01();
+
+  const SamplingOptions options_;
+  std::mt19937_64 rng_;
+  // Scratch reused across steps; contents are meaningless between calls.
+  std::vector<uint64_t> keys_;   // rank key per token (logit bits, id)
+  std::vector<double> weights_;  // indexed by token id
+};
+
+struct TokenLogprob {
+  int32_t token_id;
+  float logprob;
+};
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+// The log-softmax of logits (computed stably in double) at `chosen`, and the
+// top_n most likely tokens (fewer if the vocabulary is smaller), sorted by
+// logprob descending, ties by lower id. -inf logits give -inf logprobs; NaN
+// logits are ranked last.
+struct Logprobs {
+  float chosen;
+  std::vector<TokenLogprob> top;
+};
+
+// REQUIRES: logits has at least one finite value; 0 <= chosen < logits.size();
+// 0 <= top_n <= kMaxTopLogprobs.
+Logprobs ComputeLogprobs(absl::Span<const float> logits, int32_t chosen,
+                         int top_n);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_SAMPLING_SAMPLER_H_
