@@ -1,0 +1,154 @@
+#include "server/convert.h"
+
+#include <cmath>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_format.h"
+#include "core/text/utf8_stream_decoder.h"
+
+namespace kvserve {
+namespace {
+
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+void ToProto(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t ns = absl::ToUnixNanos(t);
+  out->set_seconds(ns / 1000000000);
+  out->set_nanos(static_cast<int32_t>(ns % 1000000000));
+}
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kContextFull:
+      return v1::FINISH_REASON_CONTEXT_FULL;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+Input FromProto(const v1::Input& input) {
+  if (input.has_tokens()) {
+    return std::vector<int32_t>(input.tokens().ids().begin(),
+                                input.tokens().ids().end());
+  }
+  return input.text();
+}
+
+absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
+                                         int default_max_tokens) {
+  GenerateParams p;
+  p.session_id = request.session_id();
+  p.owner = request.owner();
+  p.prompt = FromProto(request.prompt());
+  p.max_tokens = default_max_tokens;
+  if (request.has_max_tokens()) {
+    if (request.max_tokens() <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "max_tokens must be positive, got %d", request.max_tokens()));
+    }
+    p.max_tokens = request.max_tokens();
+  }
+  const v1::SamplingParams& s = request.sampling();
+  if (s.has_temperature()) p.sampling.temperature = s.temperature();
+  if (s.has_top_k()) p.sampling.top_k = s.top_k();
+  if (s.has_top_p()) p.sampling.top_p = s.top_p();
+  p.sampling.seed =
+      s.has_seed() ? s.seed() : absl::Uniform<uint64_t>(absl::BitGen());
+  if (absl::Status st = ValidateSamplingOptions(p.sampling); !st.ok()) {
+    return st;
+  }
+  if (request.stop_size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("at most %d stop strings, got %d", kMaxStopStrings,
+                        request.stop_size()));
+  }
+  for (const std::string& stop : request.stop()) {
+    if (stop.empty() || stop.size() > kMaxStopBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stop strings must have 1 to %d bytes, got %d",
+                          kMaxStopBytes, stop.size()));
+    }
+    p.stop.push_back(stop);
+  }
+  p.ignore_eos = request.ignore_eos();
+  if (request.has_logprobs()) {
+    if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("logprobs must be in [0, %d], got %d",
+                          kMaxTopLogprobs, request.logprobs()));
+    }
+    p.logprobs = request.logprobs();
+  }
+  return p;
+}
+
+absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(
+    bool has_ttl, int64_t ttl_seconds) {
+  if (!has_ttl) return std::nullopt;
+  if (ttl_seconds <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ttl_seconds must be positive when set, got %d", ttl_seconds));
+  }
+  return absl::Seconds(ttl_seconds);
+}
+
+void ToProto(const SessionInfo& info, v1::Session* out) {
+  out->set_session_id(info.id);
+  out->set_num_tokens(info.num_tokens);
+  out->set_kv_bytes(info.kv_bytes);
+  out->set_tier(info.tier);
+  ToProto(info.create_time, out->mutable_create_time());
+  ToProto(info.last_used, out->mutable_last_used_time());
+  if (info.ttl.has_value()) {
+    out->set_ttl_seconds(absl::ToInt64Seconds(*info.ttl));
+  }
+  out->set_owner(info.owner);
+  out->mutable_token_ids()->Add(info.tokens.begin(), info.tokens.end());
+  out->set_busy(info.busy);
+}
+
+void ToProto(const Usage& usage, v1::Usage* out) {
+  out->set_prompt_tokens(usage.prompt_tokens);
+  out->set_cached_prompt_tokens(usage.cached_prompt_tokens);
+  out->set_generated_tokens(usage.generated_tokens);
+}
+
+void ToProto(const GeneratedToken& token, const Tokenizer& tokenizer,
+             v1::GeneratedToken* out) {
+  out->set_token_id(token.token_id);
+  out->set_text(token.text);
+  if (!token.logprobs.has_value()) return;
+  out->set_logprob(token.logprobs->chosen);
+  for (const TokenLogprob& alt : token.logprobs->top) {
+    v1::TokenLogprob* p = out->add_top_logprobs();
+    p->set_token_id(alt.token_id);
+    p->set_logprob(alt.logprob);
+    // A lone piece may be a partial UTF-8 character: make it valid.
+    Utf8StreamDecoder utf8;
+    std::string text = utf8.Push(tokenizer.DecodeToken(-1, alt.token_id));
+    p->set_text(text + utf8.Flush());
+  }
+}
+
+void ToProto(const GenerateResult& result, v1::GenerateFinal* out) {
+  out->set_finish_reason(ToProto(result.finish_reason));
+  ToProto(result.usage, out->mutable_usage());
+  v1::Timings* t = out->mutable_timings();
+  t->set_queue_seconds(result.timings.queue_seconds);
+  t->set_prefill_seconds(result.timings.prefill_seconds);
+  t->set_decode_seconds(result.timings.decode_seconds);
+  out->set_session_id(result.session_id);
+  out->set_text(result.text);
+}
+
+}  // namespace kvserve

@@ -1,0 +1,383 @@
+#include "server/inference_service.h"
+
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/text/utf8_stream_decoder.h"
+#include "server/convert.h"
+#include "server/status.h"
+
+namespace kvserve {
+namespace {
+
+// Finishes one unary RPC exactly once and records its metrics.
+class UnaryCall {
+ public:
+  UnaryCall(grpc::CallbackServerContext* context, Metrics* metrics,
+            const char* method)
+      : reactor_(context->DefaultReactor()),
+        metrics_(metrics),
+        method_(method),
+        start_(absl::Now()) {
+    metrics_->RequestStarted();
+  }
+
+  grpc::ServerUnaryReactor* Finish(const absl::Status& status) const {
+    grpc::Status s = ToGrpcStatus(status);
+    metrics_->RequestFinished();
+    metrics_->RecordRequest(method_, GrpcCodeName(s.error_code()),
+                            absl::ToDoubleSeconds(absl::Now() - start_));
+    if (absl::IsResourceExhausted(status)) metrics_->RecordRejected(method_);
+    reactor_->Finish(s);
+    return reactor_;
+  }
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+
+  // A callback that fills the response with `fill` and finishes the call.
+  template <typename T, typename Fill>
+  Callback<T> Reply(Fill fill) const {
+    return [call = *this,
+            fill = std::move(fill)](absl::StatusOr<T> result) mutable {
+      if (result.ok()) fill(*result);
+      call.Finish(result.status());
+    };
+  }
+
+ private:
+  grpc::ServerUnaryReactor* reactor_;
+  Metrics* metrics_;
+  const char* method_;
+  absl::Time start_;
+};
+
+// Streams one Generate: one write outstanding, the next from OnWriteDone;
+// Finish once, after the engine's OnFinish and the writes before it.
+class GenerateReactor final
+    : public grpc::ServerWriteReactor<v1::GenerateResponse>,
+      public TokenSink {
+ public:
+  GenerateReactor(grpc::CallbackServerContext* context, Engine* engine,
+                  const Tokenizer* tokenizer, Metrics* metrics)
+      : context_(context),
+        engine_(engine),
+        tokenizer_(tokenizer),
+        metrics_(metrics),
+        start_(absl::Now()) {
+    metrics_->RequestStarted();
+  }
+
+  void Start(absl::StatusOr<GenerateParams> params) {
+    if (!params.ok()) {
+      OnFinish(params.status());
+      return;
+    }
+    call_ = std::make_shared<GenerateCall>(*std::move(params), this);
+    engine_->Submit(call_);
+  }
+
+  // TokenSink, on the engine thread.
+  void OnToken(GeneratedToken token) override {
+    v1::GenerateResponse response;
+    ToProto(token, *tokenizer_, response.mutable_token());
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(response));
+    MaybeWriteLocked();
+  }
+
+  void OnFinish(absl::StatusOr<GenerateResult> result) override {
+    absl::MutexLock lock(&mu_);
+    if (result.ok()) {
+      if (result->finish_reason == FinishReason::kCancelled) {
+        status_ = absl::CancelledError("the request was cancelled");
+      } else {
+        ToProto(*result, final_.mutable_final());
+      }
+    } else {
+      status_ = result.status();
+    }
+    engine_done_ = true;
+    MaybeWriteLocked();
+  }
+
+  // gRPC reactions.
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      broken_ = true;  // the client is gone: stop generating
+      queue_.clear();
+      if (call_) call_->Cancel();
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    if (call_) call_->Cancel();
+  }
+
+  void OnDone() override {
+    metrics_->RequestFinished();
+    metrics_->RecordRequest("Generate", GrpcCodeName(code_),
+                            absl::ToDoubleSeconds(absl::Now() - start_));
+    if (absl::IsResourceExhausted(status_)) {
+      metrics_->RecordRejected("queue_full");
+    }
+    delete this;
+  }
+
+ private:
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      StartWrite(&current_);
+      return;
+    }
+    if (!engine_done_) return;
+    finished_ = true;
+    if (status_.ok() && !broken_ && !context_->IsCancelled()) {
+      code_ = grpc::StatusCode::OK;
+      StartWriteAndFinish(&final_, grpc::WriteOptions(), grpc::Status::OK);
+      return;
+    }
+    grpc::Status s = ToGrpcStatus(
+        status_.ok() ? absl::CancelledError("the request was cancelled")
+                     : status_);
+    code_ = s.error_code();
+    Finish(s);
+  }
+
+  grpc::CallbackServerContext* const context_;
+  Engine* const engine_;
+  const Tokenizer* const tokenizer_;
+  Metrics* const metrics_;
+  const absl::Time start_;
+
+  absl::Mutex mu_;
+  std::shared_ptr<GenerateCall> call_;  // set before any callback can run
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  v1::GenerateResponse current_ ABSL_GUARDED_BY(mu_);
+  v1::GenerateResponse final_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool engine_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::StatusCode code_ = grpc::StatusCode::OK;  // set before Finish
+};
+
+// Finishes an Append once the engine has prefilled it.
+class AppendSink final : public TokenSink {
+ public:
+  AppendSink(UnaryCall call, Engine* engine, v1::AppendResponse* response,
+             std::string session_id, std::string owner)
+      : call_(call),
+        engine_(engine),
+        response_(response),
+        session_id_(std::move(session_id)),
+        owner_(std::move(owner)) {}
+
+  void OnToken(GeneratedToken) override {}
+  void OnFinish(absl::StatusOr<GenerateResult> result) override {
+    if (!result.ok()) {
+      call_.Finish(result.status());
+    } else {
+      ToProto(result->usage, response_->mutable_usage());
+      engine_->GetSession(
+          session_id_, owner_, false,
+          call_.Reply<SessionInfo>([r = response_](const SessionInfo& info) {
+            ToProto(info, r->mutable_session());
+          }));
+    }
+    delete this;  // the engine never touches a sink after OnFinish
+  }
+
+ private:
+  UnaryCall call_;
+  Engine* engine_;
+  v1::AppendResponse* response_;
+  std::string session_id_;
+  std::string owner_;
+};
+
+}  // namespace
+
+InferenceService::InferenceService(Engine* engine, const ModelWeights* weights,
+                                   const Tokenizer* tokenizer, Metrics* metrics)
+    : engine_(engine),
+      weights_(weights),
+      tokenizer_(tokenizer),
+      metrics_(metrics) {}
+
+grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
+    grpc::CallbackServerContext* context, const v1::GetModelInfoRequest*,
+    v1::ModelInfo* response) {
+  UnaryCall call(context, metrics_, "GetModelInfo");
+  const ModelConfig& c = weights_->config;
+  response->set_name(weights_->name);
+  response->set_architecture("llama");
+  response->set_n_layers(c.n_layers);
+  response->set_n_heads(c.n_heads);
+  response->set_n_kv_heads(c.n_kv_heads);
+  response->set_head_dim(c.head_dim);
+  response->set_dim(c.dim);
+  response->set_hidden_dim(c.hidden_dim);
+  response->set_vocab_size(c.vocab_size);
+  response->set_context_length(engine_->max_context());
+  response->set_weight_dtype(
+      std::string(DTypeName(weights_->layers.front().wq.dtype)));
+  response->set_kv_dtype(std::string(DTypeName(engine_->options().kv_dtype)));
+  response->set_kv_bytes_per_token(engine_->kv_bytes_per_token());
+  response->set_kv_cache_capacity_bytes(engine_->kv_capacity_bytes());
+  response->set_kv_block_tokens(engine_->options().kv_block_tokens);
+  response->set_fingerprint(weights_->fingerprint);
+  response->set_bos_token_id(tokenizer_->bos_id());
+  response->set_eos_token_id(tokenizer_->eos_id());
+  response->set_weight_bytes(weights_->TotalBytes());
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::CreateSession(
+    grpc::CallbackServerContext* context,
+    const v1::CreateSessionRequest* request, v1::Session* response) {
+  UnaryCall call(context, metrics_, "CreateSession");
+  auto ttl = TtlFromProto(request->has_ttl_seconds(), request->ttl_seconds());
+  if (!ttl.ok()) return call.Finish(ttl.status());
+  CreateSessionParams params{.owner = request->owner(),
+                             .ttl = *ttl,
+                             .initial = FromProto(request->initial())};
+  engine_->CreateSession(
+      std::move(params),
+      call.Reply<SessionInfo>(
+          [response](const SessionInfo& info) { ToProto(info, response); }));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* InferenceService::GetSession(
+    grpc::CallbackServerContext* context, const v1::GetSessionRequest* request,
+    v1::Session* response) {
+  UnaryCall call(context, metrics_, "GetSession");
+  engine_->GetSession(
+      request->session_id(), request->owner(), request->include_tokens(),
+      call.Reply<SessionInfo>(
+          [response](const SessionInfo& info) { ToProto(info, response); }));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* InferenceService::ListSessions(
+    grpc::CallbackServerContext* context,
+    const v1::ListSessionsRequest* request,
+    v1::ListSessionsResponse* response) {
+  UnaryCall call(context, metrics_, "ListSessions");
+  engine_->ListSessions(
+      request->owner(), request->page_token(), request->page_size(),
+      call.Reply<SessionList>([response](const SessionList& list) {
+        for (const SessionInfo& info : list.sessions) {
+          ToProto(info, response->add_sessions());
+        }
+        response->set_next_page_token(list.next_page_token);
+      }));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* InferenceService::DeleteSession(
+    grpc::CallbackServerContext* context,
+    const v1::DeleteSessionRequest* request, v1::DeleteSessionResponse*) {
+  UnaryCall call(context, metrics_, "DeleteSession");
+  engine_->DeleteSession(request->session_id(), request->owner(),
+                         call.Reply<bool>([](bool) {}));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* InferenceService::ForkSession(
+    grpc::CallbackServerContext* context, const v1::ForkSessionRequest* request,
+    v1::Session* response) {
+  UnaryCall call(context, metrics_, "ForkSession");
+  auto ttl = TtlFromProto(request->has_ttl_seconds(), request->ttl_seconds());
+  if (!ttl.ok()) return call.Finish(ttl.status());
+  engine_->ForkSession(
+      request->session_id(), request->owner(), *ttl,
+      call.Reply<SessionInfo>(
+          [response](const SessionInfo& info) { ToProto(info, response); }));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* InferenceService::TruncateSession(
+    grpc::CallbackServerContext* context,
+    const v1::TruncateSessionRequest* request, v1::Session* response) {
+  UnaryCall call(context, metrics_, "TruncateSession");
+  engine_->TruncateSession(
+      request->session_id(), request->owner(), request->tokens(),
+      call.Reply<SessionInfo>(
+          [response](const SessionInfo& info) { ToProto(info, response); }));
+  return call.reactor();
+}
+
+grpc::ServerUnaryReactor* InferenceService::Append(
+    grpc::CallbackServerContext* context, const v1::AppendRequest* request,
+    v1::AppendResponse* response) {
+  UnaryCall call(context, metrics_, "Append");
+  if (request->session_id().empty()) {
+    return call.Finish(absl::InvalidArgumentError("Append needs a session_id"));
+  }
+  GenerateParams params;
+  params.session_id = request->session_id();
+  params.owner = request->owner();
+  params.prompt = FromProto(request->input());
+  params.generate = false;
+  auto* sink = new AppendSink(call, engine_, response, request->session_id(),
+                              request->owner());
+  engine_->Submit(std::make_shared<GenerateCall>(std::move(params), sink));
+  return call.reactor();
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor(context, engine_, tokenizer_, metrics_);
+  reactor->Start(FromProto(*request, engine_->options().default_max_tokens));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::Tokenize(
+    grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+    v1::TokenizeResponse* response) {
+  UnaryCall call(context, metrics_, "Tokenize");
+  const bool bos = request->add_bos();
+  for (int32_t id : tokenizer_->Encode(
+           request->text(),
+           EncodeOptions{.add_bos = bos, .add_dummy_prefix = bos})) {
+    response->add_token_ids(id);
+    Utf8StreamDecoder utf8;
+    response->add_pieces(utf8.Push(tokenizer_->Piece(id)) + utf8.Flush());
+  }
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::Detokenize(
+    grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
+    v1::DetokenizeResponse* response) {
+  UnaryCall call(context, metrics_, "Detokenize");
+  Utf8StreamDecoder utf8;
+  std::string text;
+  int32_t prev = -1;
+  for (int32_t id : request->token_ids()) {
+    if (id < 0 || id >= tokenizer_->vocab_size()) {
+      return call.Finish(absl::InvalidArgumentError(
+          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id,
+                          tokenizer_->vocab_size())));
+    }
+    text += utf8.Push(tokenizer_->DecodeToken(prev, id));
+    prev = id;
+  }
+  response->set_text(text + utf8.Flush());
+  return call.Finish(absl::OkStatus());
+}
+
+}  // namespace kvserve

@@ -1,0 +1,172 @@
+// kvserve: serves a Llama-family model over gRPC with server-side sessions.
+// Flags follow DESIGN.md's command-line contract; every flag can also be set
+// by the environment variable KVSERVE_<FLAG NAME IN CAPITALS>, which the
+// command line overrides.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "prometheus/exposer.h"
+#include "server/inference_service.h"
+#include "server/metrics.h"
+#include "server/model_source.h"
+#include "server/settings.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (host:port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics address (host:port); empty disables it");
+ABSL_FLAG(std::string, model, "",
+          "GGUF or llama2.c model file; empty serves the built-in model");
+ABSL_FLAG(std::string, tokenizer, "",
+          "llama2.c tokenizer file (needed with a llama2.c model)");
+ABSL_FLAG(std::string, weight_dtype, "auto",
+          "auto|f32|bf16: how weights are held for compute");
+ABSL_FLAG(int64_t, kv_cache_bytes, 0,
+          "KV cache budget in bytes; 0 = room for 8 full contexts");
+ABSL_FLAG(std::string, kv_dtype, "f32", "f32|bf16: KV cache element type");
+ABSL_FLAG(int32_t, kv_block_tokens, 16, "positions per KV cache block");
+ABSL_FLAG(int32_t, max_context, 0,
+          "longest session in tokens; 0 = the model's context length");
+ABSL_FLAG(std::string, session_dir, "",
+          "directory for session snapshots (created if missing)");
+ABSL_FLAG(int32_t, max_batch_tokens, 512, "tokens per engine step");
+ABSL_FLAG(int32_t, max_queued_requests, 256,
+          "requests waiting for admission before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_running, 64, "sequences decoding together");
+ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all cores");
+ABSL_FLAG(int32_t, default_max_tokens, 256,
+          "max_tokens of a Generate that sets none");
+ABSL_FLAG(double, shutdown_grace_seconds, 10,
+          "on SIGTERM, how long in-flight streams may run before cancelled");
+
+namespace kvserve {
+namespace {
+
+int Serve() {
+  auto model = LoadServedModel(absl::GetFlag(FLAGS_model),
+                               absl::GetFlag(FLAGS_tokenizer),
+                               absl::GetFlag(FLAGS_weight_dtype));
+  if (!model.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<DType> kv_dtype = ParseDType(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "kvserve: --kv_dtype: %s\n",
+                 kv_dtype.status().ToString().c_str());
+    return 1;
+  }
+  EngineOptions options;
+  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.kv_dtype = *kv_dtype;
+  options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
+  options.max_context = absl::GetFlag(FLAGS_max_context);
+  options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.max_running = absl::GetFlag(FLAGS_max_running);
+  options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+
+  auto metrics = std::make_unique<Metrics>();
+  metrics->SetWeightBytes(model->weights->TotalBytes());
+  auto engine = Engine::Create(options, model->weights.get(),
+                               model->tokenizer.get(), metrics.get());
+  if (!engine.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::string metrics_address = "-";
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<HostPort> hp = ParseHostPort(metrics_listen);
+    if (!hp.ok()) {
+      std::fprintf(stderr, "kvserve: --metrics_listen: %s\n",
+                   hp.status().ToString().c_str());
+      return 1;
+    }
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvserve: cannot serve metrics on %s: %s\n",
+                   metrics_listen.c_str(), e.what());
+      return 1;
+    }
+    exposer->RegisterCollectable(metrics->registry());
+    metrics_address =
+        absl::StrFormat("%s:%d", hp->host, exposer->GetListeningPorts().at(0));
+  }
+
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<HostPort> grpc_hp = ParseHostPort(listen);
+  if (!grpc_hp.ok()) {
+    std::fprintf(stderr, "kvserve: --listen: %s\n",
+                 grpc_hp.status().ToString().c_str());
+    return 1;
+  }
+  InferenceService service(engine->get(), model->weights.get(),
+                           model->tokenizer.get(), metrics.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "kvserve: cannot listen on %s\n", listen.c_str());
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  std::fprintf(stderr, "kvserve: listening grpc=%s:%d metrics=%s\n",
+               grpc_hp->host.c_str(), port, metrics_address.c_str());
+  std::fflush(stderr);
+
+  const int signal = WaitForTerminationSignal();
+  std::fprintf(stderr, "kvserve: signal %d, draining\n", signal);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  (*engine)->Drain();
+  const double grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  server->Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(grace * 1e3)));
+  server->Wait();
+  engine->reset();
+  std::fprintf(stderr, "kvserve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves a Llama-family model over gRPC with server-side KV sessions.\n"
+      "Every --flag can also come from the environment as KVSERVE_FLAG.");
+  // Signals go to the thread that waits for them, never to gRPC's threads.
+  kvserve::BlockTerminationSignals();
+  if (absl::Status s = kvserve::ApplyEnvironmentFlags("KVSERVE_"); !s.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n",
+                 rest[1]);
+    return 2;
+  }
+  return kvserve::Serve();
+}

@@ -1,0 +1,169 @@
+#include "server/metrics.h"
+
+namespace kvserve {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// Latency buckets from 1 ms to 10 s.
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+      0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+  return *b;
+}
+
+const Histogram::BucketBoundaries& BatchBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+  return *b;
+}
+
+Histogram& LatencyHistogram(prometheus::Registry& r, const std::string& name,
+                            const std::string& help) {
+  return BuildHistogram().Name(name).Help(help).Register(r).Add(
+      {}, LatencyBuckets());
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      ttft_(LatencyHistogram(
+          *registry_, "kvserve_time_to_first_token_seconds",
+          "Time from a Generate's arrival to its first token being sampled.")),
+      itl_(LatencyHistogram(*registry_, "kvserve_inter_token_latency_seconds",
+                            "Time between consecutive tokens of a stream.")),
+      decode_step_(LatencyHistogram(
+          *registry_, "kvserve_decode_step_seconds",
+          "Duration of one engine step (one batched forward pass).")),
+      queue_wait_(LatencyHistogram(
+          *registry_, "kvserve_queue_wait_seconds",
+          "Time a request waited before the engine admitted it.")),
+      batch_size_(BuildHistogram()
+                      .Name("kvserve_batch_size")
+                      .Help("Tokens processed per engine step.")
+                      .Register(*registry_)
+                      .Add({}, BatchBuckets())),
+      request_duration_(
+          BuildHistogram()
+              .Name("kvserve_request_duration_seconds")
+              .Help("RPC duration by method and gRPC status code.")
+              .Register(*registry_)),
+      prompt_tokens_(BuildCounter()
+                         .Name("kvserve_prompt_tokens_total")
+                         .Help("Prompt tokens of all turns (context the turn "
+                               "started from).")
+                         .Register(*registry_)
+                         .Add({})),
+      cached_prompt_tokens_(
+          BuildCounter()
+              .Name("kvserve_cached_prompt_tokens_total")
+              .Help("Prompt tokens whose KV was reused, not recomputed.")
+              .Register(*registry_)
+              .Add({})),
+      generated_tokens_(BuildCounter()
+                            .Name("kvserve_generated_tokens_total")
+                            .Help("Tokens generated.")
+                            .Register(*registry_)
+                            .Add({})),
+      kv_used_bytes_(BuildGauge()
+                         .Name("kvserve_kv_cache_used_bytes")
+                         .Help("Bytes of KV cache blocks in use.")
+                         .Register(*registry_)
+                         .Add({})),
+      kv_capacity_bytes_(BuildGauge()
+                             .Name("kvserve_kv_cache_capacity_bytes")
+                             .Help("Bytes of the KV cache block pool.")
+                             .Register(*registry_)
+                             .Add({})),
+      kv_blocks_(BuildGauge()
+                     .Name("kvserve_kv_cache_blocks")
+                     .Help("KV cache blocks by state (used, free, shared).")
+                     .Register(*registry_)),
+      sessions_(BuildGauge()
+                    .Name("kvserve_sessions")
+                    .Help("Sessions by tier (ram: KV held; tokens: history "
+                          "only, re-prefilled on next use).")
+                    .Register(*registry_)),
+      evictions_(BuildCounter()
+                     .Name("kvserve_session_evictions_total")
+                     .Help("Sessions or their KV removed, by reason (ttl, "
+                           "memory, deleted).")
+                     .Register(*registry_)),
+      requests_in_flight_(BuildGauge()
+                              .Name("kvserve_requests_in_flight")
+                              .Help("RPCs being served.")
+                              .Register(*registry_)
+                              .Add({})),
+      rejected_(BuildCounter()
+                    .Name("kvserve_requests_rejected_total")
+                    .Help("Requests refused by admission control, by reason.")
+                    .Register(*registry_)),
+      weight_bytes_(BuildGauge()
+                        .Name("kvserve_model_weight_bytes")
+                        .Help("Bytes of the served model's weights.")
+                        .Register(*registry_)
+                        .Add({})) {
+  for (const char* state : {"used", "free", "shared"}) {
+    kv_blocks_.Add({{"state", state}});
+  }
+  for (const char* tier : {"ram", "tokens"}) sessions_.Add({{"tier", tier}});
+  for (const char* reason : {"ttl", "memory", "deleted"}) {
+    evictions_.Add({{"reason", reason}});
+  }
+  rejected_.Add({{"reason", "queue_full"}});
+}
+
+void Metrics::RecordRequest(std::string_view method, std::string_view code,
+                            double seconds) {
+  request_duration_
+      .Add({{"method", std::string(method)}, {"code", std::string(code)}},
+           LatencyBuckets())
+      .Observe(seconds);
+}
+
+void Metrics::RecordRejected(std::string_view reason) {
+  rejected_.Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::RequestStarted() { requests_in_flight_.Increment(); }
+void Metrics::RequestFinished() { requests_in_flight_.Decrement(); }
+void Metrics::SetWeightBytes(int64_t bytes) { weight_bytes_.Set(bytes); }
+
+void Metrics::OnStep(int64_t batch_tokens, int64_t, double seconds) {
+  decode_step_.Observe(seconds);
+  batch_size_.Observe(batch_tokens);
+}
+
+void Metrics::OnQueueWait(double seconds) { queue_wait_.Observe(seconds); }
+void Metrics::OnFirstToken(double seconds) { ttft_.Observe(seconds); }
+void Metrics::OnInterToken(double seconds) { itl_.Observe(seconds); }
+
+void Metrics::OnPrompt(int64_t prompt_tokens, int64_t cached_tokens) {
+  prompt_tokens_.Increment(prompt_tokens);
+  cached_prompt_tokens_.Increment(cached_tokens);
+}
+
+void Metrics::OnGenerated(int64_t tokens) {
+  generated_tokens_.Increment(tokens);
+}
+
+void Metrics::OnEviction(std::string_view reason) {
+  evictions_.Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::OnStats(const EngineStats& s) {
+  kv_used_bytes_.Set(s.kv_used_bytes);
+  kv_capacity_bytes_.Set(s.kv_capacity_bytes);
+  kv_blocks_.Add({{"state", "used"}}).Set(s.kv_blocks_used);
+  kv_blocks_.Add({{"state", "free"}}).Set(s.kv_blocks_free);
+  kv_blocks_.Add({{"state", "shared"}}).Set(s.kv_blocks_shared);
+  sessions_.Add({{"tier", "ram"}}).Set(s.sessions_ram);
+  sessions_.Add({{"tier", "tokens"}}).Set(s.sessions_tokens);
+}
+
+}  // namespace kvserve

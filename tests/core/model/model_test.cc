@@ -1,0 +1,214 @@
+// The batched forward pass against a plain double-precision reference of the
+// same architecture, written here from the math.
+#include "core/model/model.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/model/builtin_model.h"
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+ModelConfig SmallConfig() {
+  ModelConfig c;
+  c.n_layers = 2;
+  c.dim = 64;
+  c.hidden_dim = 96;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 50;
+  c.context_length = 128;
+  return c;
+}
+
+std::vector<double> MatVec(const WeightTensor& w,
+                           const std::vector<double>& x) {
+  std::vector<double> y(w.rows, 0.0);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t c = 0; c < w.cols; ++c) y[r] += w.f32()[r * w.cols + c] * x[c];
+  }
+  return y;
+}
+
+std::vector<double> RmsNorm(const std::vector<double>& x, const WeightTensor& w,
+                            double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double scale = 1.0 / std::sqrt(ss / x.size() + eps);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = w.f32()[i] * x[i] * scale;
+  return out;
+}
+
+void Rope(std::vector<double>& x, int n_heads, int head_dim, int64_t pos,
+          double theta) {
+  for (int h = 0; h < n_heads; ++h) {
+    for (int i = 0; i < head_dim; i += 2) {
+      const double angle = pos * std::pow(theta, -double(i) / head_dim);
+      double& a = x[h * head_dim + i];
+      double& b = x[h * head_dim + i + 1];
+      const double a0 = a, b0 = b;
+      a = a0 * std::cos(angle) - b0 * std::sin(angle);
+      b = a0 * std::sin(angle) + b0 * std::cos(angle);
+    }
+  }
+}
+
+// Logits after each token of `tokens`, recomputing everything from scratch.
+std::vector<std::vector<double>> Reference(const ModelWeights& w,
+                                           const std::vector<int32_t>& tokens) {
+  const ModelConfig& c = w.config;
+  const int T = tokens.size(), hd = c.head_dim;
+  std::vector<std::vector<double>> x(T, std::vector<double>(c.dim));
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < c.dim; ++i) {
+      x[t][i] = w.token_embd.f32()[tokens[t] * c.dim + i];
+    }
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> xb = RmsNorm(x[t], lw.attn_norm, c.norm_eps);
+      q[t] = MatVec(lw.wq, xb);
+      k[t] = MatVec(lw.wk, xb);
+      v[t] = MatVec(lw.wv, xb);
+      Rope(q[t], c.n_heads, hd, t, c.rope_theta);
+      Rope(k[t], c.n_kv_heads, hd, t, c.rope_theta);
+    }
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> att(c.q_dim(), 0.0);
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int g = h / c.kv_mul();
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (int u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int i = 0; i < hd; ++i)
+            dot += q[t][h * hd + i] * k[u][g * hd + i];
+          s[u] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, s[u]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int u = 0; u <= t; ++u) {
+          for (int i = 0; i < hd; ++i) {
+            att[h * hd + i] += s[u] / sum * v[u][g * hd + i];
+          }
+        }
+      }
+      std::vector<double> o = MatVec(lw.wo, att);
+      for (int i = 0; i < c.dim; ++i) x[t][i] += o[i];
+      std::vector<double> xb = RmsNorm(x[t], lw.ffn_norm, c.norm_eps);
+      std::vector<double> gate = MatVec(lw.w_gate, xb),
+                          up = MatVec(lw.w_up, xb);
+      for (int i = 0; i < c.hidden_dim; ++i) {
+        gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      }
+      std::vector<double> down = MatVec(lw.w_down, gate);
+      for (int i = 0; i < c.dim; ++i) x[t][i] += down[i];
+    }
+  }
+  std::vector<std::vector<double>> logits(T);
+  for (int t = 0; t < T; ++t) {
+    logits[t] = MatVec(w.output, RmsNorm(x[t], w.output_norm, c.norm_eps));
+  }
+  return logits;
+}
+
+double RelativeError(absl::Span<const float> got,
+                     const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+class ModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    weights_ = MakeRandomWeights(SmallConfig(), DType::kF32, 7);
+    const ModelConfig& c = weights_->config;
+    BlockPoolOptions o{
+        .n_layers = c.n_layers,
+        .n_kv_heads = c.n_kv_heads,
+        .head_dim = c.head_dim,
+        .block_tokens = 4,
+        .dtype = DType::kF32,
+        .capacity_bytes = 64 * c.KvBytesPerToken(DType::kF32) * 4};
+    pool_ = *BlockPool::Create(o);
+    model_ = *Model::Create(weights_.get(), pool_.get());
+    tokens_ = {1, 17, 3, 42, 8, 8, 23, 49, 0, 5, 11, 30, 2};
+    reference_ = Reference(*weights_, tokens_);
+  }
+
+  // Feeds tokens_ to a fresh sequence in chunks of `chunk` and checks the
+  // logits after every chunk.
+  void RunInChunks(int chunk) {
+    BlockTable kv(pool_.get());
+    const int vocab = weights_->config.vocab_size;
+    for (size_t start = 0; start < tokens_.size(); start += chunk) {
+      const size_t n = std::min<size_t>(chunk, tokens_.size() - start);
+      ASSERT_TRUE(kv.Extend(start + n).ok());
+      SeqChunk c{&kv, static_cast<int64_t>(start),
+                 absl::MakeConstSpan(tokens_).subspan(start, n), true};
+      auto logits = model_->Forward({c});
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      ASSERT_EQ(logits->size(), static_cast<size_t>(vocab));
+      EXPECT_LT(RelativeError(*logits, reference_[start + n - 1]), 1e-5)
+          << "chunk " << chunk << " ending at " << start + n;
+    }
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<Model> model_;
+  std::vector<int32_t> tokens_;
+  std::vector<std::vector<double>> reference_;
+};
+
+TEST_F(ModelTest, TokenByTokenDecodeMatchesReference) { RunInChunks(1); }
+TEST_F(ModelTest, ChunkedPrefillMatchesReference) { RunInChunks(5); }
+TEST_F(ModelTest, WholePromptMatchesReference) { RunInChunks(13); }
+
+TEST_F(ModelTest, BatchOfMixedChunksMatchesEachAlone) {
+  // Sequence A prefills 7 tokens while B decodes its 4th token.
+  BlockTable a(pool_.get()), b(pool_.get());
+  ASSERT_TRUE(b.Extend(3).ok());
+  SeqChunk b_prefill{&b, 0, absl::MakeConstSpan(tokens_).subspan(0, 3), false};
+  ASSERT_TRUE(model_->Forward({b_prefill}).ok());
+  ASSERT_TRUE(a.Extend(7).ok());
+  ASSERT_TRUE(b.Extend(4).ok());
+  std::vector<SeqChunk> step = {
+      {&a, 0, absl::MakeConstSpan(tokens_).subspan(0, 7), true},
+      {&b, 3, absl::MakeConstSpan(tokens_).subspan(3, 1), true}};
+  auto logits = model_->Forward(step);
+  ASSERT_TRUE(logits.ok());
+  const int vocab = weights_->config.vocab_size;
+  EXPECT_LT(RelativeError(logits->subspan(0, vocab), reference_[6]), 1e-5);
+  EXPECT_LT(RelativeError(logits->subspan(vocab, vocab), reference_[3]), 1e-5);
+}
+
+TEST_F(ModelTest, RejectsTokensOutsideTheVocabulary) {
+  BlockTable kv(pool_.get());
+  ASSERT_TRUE(kv.Extend(1).ok());
+  std::vector<int32_t> bad = {50};
+  auto logits = model_->Forward({SeqChunk{&kv, 0, bad, true}});
+  EXPECT_EQ(logits.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BuiltinModelTest, IsGqaAndDeterministic) {
+  auto a = MakeBuiltinModel(), b = MakeBuiltinModel();
+  ASSERT_TRUE(a->config.Validate().ok());
+  EXPECT_LT(a->config.n_kv_heads, a->config.n_heads);
+  EXPECT_EQ(0, std::memcmp(a->layers[3].w_down.data, b->layers[3].w_down.data,
+                           a->layers[3].w_down.bytes()));
+}
+
+}  // namespace
+}  // namespace kvserve
