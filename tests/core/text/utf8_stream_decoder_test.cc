@@ -1,5 +1,6 @@
 #include "core/text/utf8_stream_decoder.h"
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,12 @@ std::string DecodeChunks(const std::vector<std::string>& chunks) {
   const std::string tail = decoder.Flush();
   EXPECT_TRUE(IsValidUtf8(tail));
   return out + tail;
+}
+
+std::string Cat(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view part : parts) out.append(part);
+  return out;
 }
 
 std::string Decode(std::string_view bytes) {
@@ -83,7 +90,7 @@ TEST(Utf8StreamDecoderTest, CompletedPrefixIsReleasedBeforeHeldTail) {
 TEST(Utf8StreamDecoderTest, TruncatedTailBecomesOneReplacementAtFlush) {
   for (std::string_view tail : {"\xC3", "\xE2\x82", "\xF0\x9F\x98"}) {
     Utf8StreamDecoder decoder;
-    EXPECT_EQ(decoder.Push(std::string("a") + std::string(tail)), "a");
+    EXPECT_EQ(decoder.Push(Cat({"a", tail})), "a");
     EXPECT_EQ(decoder.Flush(), kFffd);
     // The decoder starts afresh after Flush.
     EXPECT_EQ(decoder.Push("b"), "b");
@@ -92,7 +99,7 @@ TEST(Utf8StreamDecoderTest, TruncatedTailBecomesOneReplacementAtFlush) {
 }
 
 TEST(Utf8StreamDecoderTest, InvalidSingleBytes) {
-  EXPECT_EQ(Decode("a\x80z"), "a" + std::string(kFffd) + "z");
+  EXPECT_EQ(Decode("a\x80z"), Cat({"a", kFffd, "z"}));
   EXPECT_EQ(Decode("\xBF\xBF"), Repeat(kFffd, 2));
   EXPECT_EQ(Decode("\xC0\xC1"), Repeat(kFffd, 2));  // never-valid leads
   EXPECT_EQ(Decode("\xF5\xFE\xFF"), Repeat(kFffd, 3));
@@ -100,11 +107,11 @@ TEST(Utf8StreamDecoderTest, InvalidSingleBytes) {
 
 TEST(Utf8StreamDecoderTest, BadContinuationReplacesOnlyTheSubpart) {
   // A truncated 3-byte prefix followed by ASCII: one U+FFFD, then the ASCII.
-  EXPECT_EQ(Decode("\xE2\x82z"), std::string(kFffd) + "z");
+  EXPECT_EQ(Decode("\xE2\x82z"), Cat({kFffd, "z"}));
   // A lead byte followed by another lead: the second starts a valid char.
-  EXPECT_EQ(Decode("\xC3\xC3\xA9"), std::string(kFffd) + "\xC3\xA9");
+  EXPECT_EQ(Decode("\xC3\xC3\xA9"), Cat({kFffd, "\xC3\xA9"}));
   // Split across pushes, the same result.
-  EXPECT_EQ(DecodeChunks({"\xF0\x9F", "\x98", "a"}), std::string(kFffd) + "a");
+  EXPECT_EQ(DecodeChunks({"\xF0\x9F", "\x98", "a"}), Cat({kFffd, "a"}));
 }
 
 TEST(Utf8StreamDecoderTest, OverlongsAreReplacedPerByte) {
@@ -127,8 +134,8 @@ TEST(Utf8StreamDecoderTest, UnicodeRecommendedPracticeExample) {
   // to a FFFD FFFD FFFD b FFFD c FFFD FFFD d.
   const std::string bytes =
       "\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64";
-  const std::string r(kFffd);
-  const std::string expected = "a" + r + r + r + "b" + r + "c" + r + r + "d";
+  const std::string_view r = kFffd;
+  const std::string expected = Cat({"a", r, r, r, "b", r, "c", r, r, "d"});
   EXPECT_EQ(Decode(bytes), expected);
   std::vector<std::string> single_bytes;
   for (char c : bytes) single_bytes.push_back(std::string(1, c));
