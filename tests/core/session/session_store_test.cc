@@ -1,0 +1,110 @@
+#include "core/session/session_store.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+class SessionStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pool_ = *BlockPool::Create({.n_layers = 1,
+                                .n_kv_heads = 1,
+                                .head_dim = 8,
+                                .block_tokens = 4,
+                                .dtype = DType::kF32,
+                                .capacity_bytes = 16 * 4 * 2 * 8 * 4});
+    store_ = std::make_unique<SessionStore>(pool_.get());
+  }
+  const absl::Time now_ = absl::FromUnixSeconds(1000);
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<SessionStore> store_;
+};
+
+TEST_F(SessionStoreTest, IdsAre128BitHexAndDistinct) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = store_->Create("", std::nullopt, now_)->id;
+    EXPECT_EQ(id.size(), 32u);
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos);
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 1000u);
+  EXPECT_EQ(store_->size(), 1000);
+}
+
+TEST_F(SessionStoreTest, LookupFindsOnlyLiveSessionsOfTheOwner) {
+  Session* s = store_->Create("alice", std::nullopt, now_);
+  ASSERT_TRUE(store_->Lookup(s->id, "alice").ok());
+  ASSERT_TRUE(store_->Lookup(s->id, "").ok());
+  EXPECT_EQ(*store_->Lookup(s->id, ""), s);
+  EXPECT_EQ(store_->Lookup(s->id, "bob").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Lookup("0123", "").status().code(),
+            absl::StatusCode::kNotFound);
+  const std::string id = s->id;
+  store_->Delete(id);
+  EXPECT_EQ(store_->Lookup(id, "alice").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->size(), 0);
+}
+
+TEST_F(SessionStoreTest, DeleteFreesBlocksAtOnce) {
+  Session* s = store_->Create("", std::nullopt, now_);
+  ASSERT_TRUE(s->kv.Extend(10).ok());
+  EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks() - 3);
+  store_->Delete(s->id);
+  EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks());
+}
+
+TEST_F(SessionStoreTest, ListPagesInIdOrderAndFiltersByOwner) {
+  for (int i = 0; i < 25; ++i) store_->Create(i % 2 ? "a" : "b", {}, now_);
+  std::vector<std::string> seen;
+  std::string token;
+  do {
+    auto page = store_->List("a", token, 5);
+    ASSERT_TRUE(page.ok());
+    EXPECT_LE(page->sessions.size(), 5u);
+    for (const Session* s : page->sessions) {
+      EXPECT_EQ(s->owner, "a");
+      seen.push_back(s->id);
+    }
+    token = page->next_page_token;
+  } while (!token.empty());
+  EXPECT_EQ(seen.size(), 12u);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(store_->List("", "", 1001).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SessionStoreTest, ExpiresOnlyIdleSessionsPastTheirTtl) {
+  Session* short_lived = store_->Create("", absl::Seconds(10), now_);
+  Session* busy = store_->Create("", absl::Seconds(10), now_);
+  busy->busy = true;
+  Session* forever = store_->Create("", std::nullopt, now_);
+  EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(5)), 0);
+  EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(11)), 1);
+  EXPECT_FALSE(store_->Lookup(short_lived->id, "").ok());
+  EXPECT_TRUE(store_->Lookup(busy->id, "").ok());
+  EXPECT_TRUE(store_->Lookup(forever->id, "").ok());
+}
+
+TEST_F(SessionStoreTest, DropsKvOfTheLeastRecentlyUsedIdleSession) {
+  Session* old_s = store_->Create("", std::nullopt, now_);
+  Session* new_s = store_->Create("", std::nullopt, now_ + absl::Seconds(1));
+  for (Session* s : {old_s, new_s}) {
+    s->tokens = {1, 2, 3, 4, 5};
+    ASSERT_TRUE(s->kv.Extend(5).ok());
+  }
+  ASSERT_TRUE(store_->DropLeastRecentlyUsedKv());
+  EXPECT_EQ(old_s->kv.num_tokens(), 0);
+  EXPECT_EQ(old_s->tokens.size(), 5u);  // the history stays
+  EXPECT_EQ(new_s->kv.num_tokens(), 5);
+  new_s->busy = true;
+  EXPECT_FALSE(store_->DropLeastRecentlyUsedKv());
+}
+
+}  // namespace
+}  // namespace kvserve
