@@ -80,13 +80,14 @@ TEST_F(SessionStoreTest, ListPagesInIdOrderAndFiltersByOwner) {
 }
 
 TEST_F(SessionStoreTest, ExpiresOnlyIdleSessionsPastTheirTtl) {
-  Session* short_lived = store_->Create("", absl::Seconds(10), now_);
+  const std::string short_lived =
+      store_->Create("", absl::Seconds(10), now_)->id;
   Session* busy = store_->Create("", absl::Seconds(10), now_);
   busy->busy = true;
   Session* forever = store_->Create("", std::nullopt, now_);
   EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(5)), 0);
   EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(11)), 1);
-  EXPECT_FALSE(store_->Lookup(short_lived->id, "").ok());
+  EXPECT_FALSE(store_->Lookup(short_lived, "").ok());
   EXPECT_TRUE(store_->Lookup(busy->id, "").ok());
   EXPECT_TRUE(store_->Lookup(forever->id, "").ok());
 }
