@@ -5,19 +5,24 @@
 
 namespace kvserve {
 
-absl::StatusOr<ServedModel> LoadServedModel(const std::string& model_path,
+absl::StatusOr<LoadedModel> LoadServedModel(const std::string& model_path,
                                             const std::string& tokenizer_path,
                                             const std::string& weight_dtype) {
-  if (weight_dtype != "auto" && weight_dtype != "f32" &&
-      weight_dtype != "bf16") {
+  if (!model_path.empty()) {
+    return LoadModel(LoadOptions{.model_path = model_path,
+                                 .tokenizer_path = tokenizer_path,
+                                 .weight_dtype = weight_dtype});
+  }
+  if (!tokenizer_path.empty()) {
     return absl::InvalidArgumentError(
-        "--weight_dtype must be auto, f32 or bf16, got \"" + weight_dtype +
-        "\"");
+        "--tokenizer needs --model (the built-in model has its own)");
   }
-  if (!model_path.empty() || !tokenizer_path.empty()) {
-    return absl::UnimplementedError("loading model files is not built yet");
+  if (weight_dtype != "auto" && weight_dtype != "f32") {
+    return absl::InvalidArgumentError(
+        "the built-in model has f32 weights: --weight_dtype must be auto or "
+        "f32 without --model");
   }
-  ServedModel served;
+  LoadedModel served;
   served.weights = MakeBuiltinModel();
   auto tokenizer = CreateTokenizer(ByteLevelVocab());
   if (!tokenizer.ok()) return tokenizer.status();

@@ -2,23 +2,16 @@
 #ifndef KVSERVE_SERVER_MODEL_SOURCE_H_
 #define KVSERVE_SERVER_MODEL_SOURCE_H_
 
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/model/weights.h"
-#include "core/tokenizer/tokenizer.h"
+#include "core/model/loader.h"
 
 namespace kvserve {
 
-struct ServedModel {
-  std::unique_ptr<ModelWeights> weights;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
 // Empty `model_path`: the built-in model. Otherwise a GGUF or llama2.c file
 // (the latter with `tokenizer_path`). weight_dtype: auto|f32|bf16.
-absl::StatusOr<ServedModel> LoadServedModel(const std::string& model_path,
+absl::StatusOr<LoadedModel> LoadServedModel(const std::string& model_path,
                                             const std::string& tokenizer_path,
                                             const std::string& weight_dtype);
 
