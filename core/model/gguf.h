@@ -1,0 +1,181 @@
+// GGUF (v2 and v3) reading: the header, every metadata value type (arrays,
+// nested arrays included), tensor infos, general.alignment and the tensor
+// data offset, over a read-only memory mapping of the file. Every read is
+// bounds-checked; a malformed file yields an error naming the key or tensor
+// and the byte offset, never an out-of-bounds read.
+//
+// Thread-safety: GgufFile and MappedFile are immutable after creation; safe to
+// share across threads.
+#ifndef KVSERVE_CORE_MODEL_GGUF_H_
+#define KVSERVE_CORE_MODEL_GGUF_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvserve {
+
+// A whole file mapped read-only (MAP_PRIVATE); unmapped when the last
+// shared_ptr goes. Used by both model loaders; the mapping is what
+// ModelWeights::storage keeps alive for zero-copy tensors.
+class MappedFile {
+ public:
+  static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(
+      const std::string& path);
+  // Wraps bytes owned by the caller (tests); `bytes` must outlive this.
+  static std::shared_ptr<const MappedFile> FromBytes(std::string_view bytes,
+                                                     std::string name);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(data_), size_};
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  MappedFile(const uint8_t* data, uint64_t size, bool owned, std::string name)
+      : data_(data), size_(size), owned_(owned), name_(std::move(name)) {}
+  const uint8_t* data_;
+  uint64_t size_;
+  bool owned_;  // munmap on destruction
+  std::string name_;
+};
+
+// GGUF metadata value types (gguf_type).
+enum class GgufType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+std::string_view GgufTypeName(GgufType t);
+
+// ggml tensor element types that kvserve knows the layout of.
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kBF16 = 30,
+};
+// "F32", "Q8_0", ... or "type N" for unknown values.
+std::string GgmlTypeName(uint32_t type);
+// Elements per block and bytes per block; false for unknown types.
+bool GgmlTypeLayout(uint32_t type, int64_t* block_elems, int64_t* block_bytes);
+
+// One metadata value. Integers keep their signedness; arrays hold their
+// element type and elements (which may be arrays themselves).
+struct GgufValue {
+  GgufType type = GgufType::kUint8;
+  GgufType array_type = GgufType::kUint8;  // element type when type == kArray
+  std::variant<uint64_t, int64_t, double, bool, std::string,
+               std::vector<GgufValue>>
+      value;
+
+  bool is_integer() const;
+  bool is_float() const { return std::holds_alternative<double>(value); }
+  bool is_string() const { return std::holds_alternative<std::string>(value); }
+  bool is_array() const { return type == GgufType::kArray; }
+  const std::string& str() const { return std::get<std::string>(value); }
+  const std::vector<GgufValue>& array() const {
+    return std::get<std::vector<GgufValue>>(value);
+  }
+  // The value as an integer, when it is one and fits in int64.
+  bool AsInt64(int64_t* out) const;
+  // The value as a double, for integers and floats.
+  bool AsDouble(double* out) const;
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // ne: dims[0] varies fastest (= row length)
+  uint32_t type = 0;          // GgmlType value
+  uint64_t offset = 0;        // relative to the data section, as in the file
+  uint64_t file_offset = 0;   // absolute byte offset of the data in the file
+  uint64_t info_offset = 0;   // where this tensor's info starts in the file
+  int64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  const uint8_t* data = nullptr;  // into the mapping; n_bytes long
+};
+
+class GgufFile {
+ public:
+  // Parses the file's header, metadata and tensor infos and checks every
+  // tensor lies inside the file.
+  static absl::StatusOr<GgufFile> Parse(std::shared_ptr<const MappedFile> file);
+  static absl::StatusOr<GgufFile> Open(const std::string& path);
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  const std::shared_ptr<const MappedFile>& file() const { return file_; }
+  const std::string& name() const { return file_->name(); }
+
+  // Keys in file order.
+  const std::vector<std::string>& keys() const { return keys_; }
+  const GgufValue* Find(std::string_view key) const;
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo* FindTensor(std::string_view name) const;
+
+  // Typed getters. NotFound when absent; InvalidArgument (naming the key,
+  // the expected and the actual type) when of the wrong type or out of range.
+  absl::StatusOr<std::string> GetString(std::string_view key) const;
+  absl::StatusOr<int64_t> GetInt(std::string_view key) const;
+  absl::StatusOr<double> GetFloat(std::string_view key) const;
+  absl::StatusOr<bool> GetBool(std::string_view key) const;
+  absl::StatusOr<std::vector<std::string>> GetStringArray(
+      std::string_view key) const;
+  absl::StatusOr<std::vector<double>> GetFloatArray(std::string_view key) const;
+  absl::StatusOr<std::vector<int64_t>> GetIntArray(std::string_view key) const;
+
+ private:
+  GgufFile() = default;
+
+  std::shared_ptr<const MappedFile> file_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::string> keys_;
+  absl::flat_hash_map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+  absl::flat_hash_map<std::string, size_t> tensor_index_;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_MODEL_GGUF_H_

@@ -1,0 +1,50 @@
+// Loading a model file into weights and a tokenizer. The format is detected
+// by content: GGUF by its "GGUF" magic, otherwise a llama2.c checkpoint (7
+// int32 header + f32 weights, whose tokenizer is a separate file).
+//
+// Errors are InvalidArgument/NotFound/Unimplemented statuses naming the file
+// and what is wrong where (key, tensor, byte offset); a malformed file never
+// causes a crash or an out-of-bounds read.
+#ifndef KVSERVE_CORE_MODEL_LOADER_H_
+#define KVSERVE_CORE_MODEL_LOADER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/model/gguf.h"
+#include "core/model/gguf_tensor.h"
+#include "core/model/weights.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace kvserve {
+
+struct LoadOptions {
+  std::string model_path;
+  // llama2.c only (its tokenizer.bin); must be empty for GGUF, which carries
+  // its own vocabulary.
+  std::string tokenizer_path;
+  // "auto" (F32 stays f32, F16/BF16/Q8_0 become bf16), "f32" or "bf16".
+  std::string weight_dtype = "auto";
+};
+
+struct LoadedModel {
+  std::unique_ptr<ModelWeights> weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+absl::StatusOr<LoadedModel> LoadModel(const LoadOptions& options);
+
+// As LoadModel, with the model file's bytes already mapped (tests feed
+// in-memory variants this way); options.model_path is ignored.
+absl::StatusOr<LoadedModel> LoadModelFromFile(
+    std::shared_ptr<const MappedFile> file, const LoadOptions& options);
+
+// The weights of an architecture-"llama" GGUF (config from llama.* keys,
+// tensors by llama.cpp's names, shapes checked against the config).
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
+    const GgufFile& gguf, WeightDTypeMode mode);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_MODEL_LOADER_H_

@@ -1,0 +1,208 @@
+#include "core/model/loader.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/kv/bf16.h"
+#include "core/model/fingerprint.h"
+#include "core/model/gguf_random_model.h"
+#include "core/model/gguf_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/paths.h"
+
+namespace kvserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Models() { return kvserve::testing::SharedDir() + "/models/"; }
+
+bool HaveStories() {
+  return MappedFile::Open(Models() + "stories260K.gguf").ok() &&
+         MappedFile::Open(Models() + "stories260K.bin").ok() &&
+         MappedFile::Open(Models() + "tok512.bin").ok();
+}
+
+#define SKIP_WITHOUT_STORIES()                                        \
+  if (!HaveStories()) {                                               \
+    GTEST_SKIP() << "needs stories260K.{gguf,bin} and tok512.bin in " \
+                 << Models();                                         \
+  }
+
+LoadedModel MustLoad(const LoadOptions& options) {
+  absl::StatusOr<LoadedModel> m = LoadModel(options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return {};
+  return std::move(*m);
+}
+
+LoadOptions Gguf(std::string dtype = "auto") {
+  LoadOptions o;
+  o.model_path = Models() + "stories260K.gguf";
+  o.weight_dtype = std::move(dtype);
+  return o;
+}
+LoadOptions Bin(std::string dtype = "auto") {
+  return {.model_path = Models() + "stories260K.bin",
+          .tokenizer_path = Models() + "tok512.bin",
+          .weight_dtype = std::move(dtype)};
+}
+
+std::vector<const WeightTensor*> AllTensors(const ModelWeights& w) {
+  std::vector<const WeightTensor*> out = {&w.token_embd};
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo,
+                                  &l.ffn_norm, &l.w_gate, &l.w_down, &l.w_up}) {
+      out.push_back(t);
+    }
+  }
+  out.push_back(&w.output_norm);
+  out.push_back(&w.output);
+  return out;
+}
+
+TEST(LoaderTest, StoriesConfigFromBothFormats) {
+  SKIP_WITHOUT_STORIES();
+  for (const LoadOptions& o : {Gguf(), Bin()}) {
+    LoadedModel m = MustLoad(o);
+    ASSERT_NE(m.weights, nullptr);
+    const ModelConfig& c = m.weights->config;
+    EXPECT_EQ(c.dim, 64);
+    EXPECT_EQ(c.hidden_dim, 172);
+    EXPECT_EQ(c.n_layers, 5);
+    EXPECT_EQ(c.n_heads, 8);
+    EXPECT_EQ(c.n_kv_heads, 4);
+    EXPECT_EQ(c.head_dim, 8);
+    EXPECT_EQ(c.vocab_size, 512);
+    EXPECT_EQ(c.context_length, 512);
+    EXPECT_EQ(c.rotary_dim(), 8);
+    EXPECT_FLOAT_EQ(c.norm_eps, 1e-5f);
+    EXPECT_EQ(c.rope_theta, 10000.0f);  // absent in the GGUF: the default
+    EXPECT_TRUE(m.weights->rope_freq_factors.empty());
+    EXPECT_EQ(m.weights->layers.size(), 5u);
+    EXPECT_EQ(m.tokenizer->vocab_size(), 512);
+    EXPECT_EQ(m.tokenizer->bos_id(), 1);
+    EXPECT_EQ(m.tokenizer->eos_id(), 2);
+    EXPECT_EQ(m.weights->fingerprint.size(), 16u);
+    EXPECT_FALSE(m.weights->name.empty());
+  }
+}
+
+TEST(LoaderTest, BothFormatsGiveIdenticalF32Tensors) {
+  SKIP_WITHOUT_STORIES();
+  LoadedModel g = MustLoad(Gguf());
+  LoadedModel b = MustLoad(Bin());
+  ASSERT_NE(g.weights, nullptr);
+  ASSERT_NE(b.weights, nullptr);
+  std::vector<const WeightTensor*> gt = AllTensors(*g.weights);
+  std::vector<const WeightTensor*> bt = AllTensors(*b.weights);
+  ASSERT_EQ(gt.size(), bt.size());
+  for (size_t i = 0; i < gt.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(gt[i]->dtype, DType::kF32);
+    EXPECT_EQ(bt[i]->dtype, DType::kF32);
+    ASSERT_EQ(gt[i]->rows, bt[i]->rows);
+    ASSERT_EQ(gt[i]->cols, bt[i]->cols);
+    EXPECT_EQ(std::memcmp(gt[i]->data, bt[i]->data, gt[i]->bytes()), 0);
+  }
+  // Shapes as the forward pass reads them.
+  const LayerWeights& l = g.weights->layers[0];
+  EXPECT_EQ(l.wq.rows, 64);
+  EXPECT_EQ(l.wk.rows, 32);
+  EXPECT_EQ(l.wk.cols, 64);
+  EXPECT_EQ(l.wo.cols, 64);
+  EXPECT_EQ(l.w_gate.rows, 172);
+  EXPECT_EQ(l.w_down.rows, 64);
+  EXPECT_EQ(l.w_down.cols, 172);
+  EXPECT_EQ(l.attn_norm.rows, 1);
+  EXPECT_EQ(g.weights->token_embd.rows, 512);
+  // The .bin shares its classifier; the GGUF stores a copy.
+  EXPECT_EQ(b.weights->output.data, b.weights->token_embd.data);
+  EXPECT_NE(g.weights->output.data, g.weights->token_embd.data);
+  // Different files, different fingerprints; the same file, the same one.
+  EXPECT_NE(g.weights->fingerprint, b.weights->fingerprint);
+  EXPECT_EQ(MustLoad(Gguf()).weights->fingerprint, g.weights->fingerprint);
+}
+
+TEST(LoaderTest, F32TensorsAreZeroCopyIntoTheMapping) {
+  SKIP_WITHOUT_STORIES();
+  LoadedModel m = MustLoad(Gguf());
+  ASSERT_NE(m.weights, nullptr);
+  const auto* file =
+      static_cast<const MappedFile*>(m.weights->storage.at(0).get());
+  for (const WeightTensor* t : AllTensors(*m.weights)) {
+    auto p = static_cast<const uint8_t*>(t->data);
+    EXPECT_GE(p, file->data());
+    EXPECT_LE(p + t->bytes(), file->data() + file->size());
+  }
+  EXPECT_EQ(m.weights->storage.size(), 1u);  // nothing was copied
+}
+
+TEST(LoaderTest, Bf16WeightsAreRoundedF32) {
+  SKIP_WITHOUT_STORIES();
+  LoadedModel f = MustLoad(Bin("f32"));
+  for (const LoadOptions& o : {Bin("bf16"), Gguf("bf16")}) {
+    LoadedModel h = MustLoad(o);
+    ASSERT_NE(h.weights, nullptr);
+    std::vector<const WeightTensor*> ft = AllTensors(*f.weights);
+    std::vector<const WeightTensor*> ht = AllTensors(*h.weights);
+    for (size_t i = 0; i < ft.size(); ++i) {
+      const bool vector = ft[i]->rows == 1;
+      ASSERT_EQ(ht[i]->dtype, vector ? DType::kF32 : DType::kBF16) << i;
+      for (int64_t k = 0; k < ft[i]->rows * ft[i]->cols; k += 7) {
+        float want = ft[i]->f32()[k];
+        float got =
+            vector ? ht[i]->f32()[k]
+                   : Bf16ToFloat(static_cast<const uint16_t*>(ht[i]->data)[k]);
+        ASSERT_EQ(got, vector ? want : Bf16ToFloat(FloatToBf16(want)))
+            << "tensor " << i << " element " << k;
+      }
+    }
+    EXPECT_EQ(h.weights->fingerprint,
+              MustLoad(o.tokenizer_path.empty() ? Gguf() : Bin())
+                  .weights->fingerprint)
+        << "the fingerprint is of the stored bytes, not the compute dtype";
+  }
+}
+
+TEST(LoaderTest, OptionErrors) {
+  SKIP_WITHOUT_STORIES();
+  LoadOptions o = Bin();
+  o.tokenizer_path.clear();
+  absl::StatusOr<LoadedModel> m = LoadModel(o);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("tokenizer"));
+  o = Gguf();
+  o.tokenizer_path = Models() + "tok512.bin";
+  EXPECT_FALSE(LoadModel(o).ok());
+  m = LoadModel(Gguf("f16"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("f16"));
+  o = LoadOptions();
+  o.model_path = "/nonexistent.gguf";
+  m = LoadModel(o);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  // A tokenizer whose size disagrees with the model.
+  o = Bin();
+  o.tokenizer_path = Models() + "stories260K.gguf";
+  EXPECT_FALSE(LoadModel(o).ok());
+}
+
+TEST(FingerprintTest, Xxh64ReferenceVectors) {
+  EXPECT_EQ(Xxh64("", 0, 0), 0xEF46DB3751D8E999ULL);
+  EXPECT_EQ(Xxh64("a", 1, 0), 0xD24EC4F1A98C6E5BULL);
+  EXPECT_EQ(Xxh64("abc", 3, 0), 0x44BC2CF5AD770999ULL);
+  std::string long_input(100, 'x');
+  EXPECT_NE(Xxh64(long_input.data(), 100, 0), Xxh64(long_input.data(), 99, 0));
+  Fingerprint a, b;
+  a.Add("ab");
+  b.Add("ab");
+  EXPECT_EQ(a.Hex(), b.Hex());
+  b.Add("c");
+  EXPECT_NE(a.Hex(), b.Hex());
+}
+
+}  // namespace
+}  // namespace kvserve
