@@ -255,6 +255,33 @@ DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim) {
                               : &DecodeBlocksScalar<uint16_t>;
 }
 
+float MaxScalar(const float* s, int n) {
+  float m = -INFINITY;
+  for (int t = 0; t < n; ++t) m = std::max(m, s[t]);
+  return m;
+}
+
+float Exp2SumScalar(float* s, int n, float m) {
+  float sum = 0.0f;
+  for (int t = 0; t < n; ++t) {
+    s[t] = Exp2(s[t] - m);
+    sum += s[t];
+  }
+  return sum;
+}
+
+RowOps SelectRowOps(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return RowOps{&avx512::MaxOf, &avx512::Exp2Sum};
+    case Isa::kAvx2:
+      return RowOps{&avx2::MaxOf, &avx2::Exp2Sum};
+    case Isa::kScalar:
+      break;
+  }
+  return RowOps{&MaxScalar, &Exp2SumScalar};
+}
+
 }  // namespace kvserve::attention_internal
 
 #pragma GCC diagnostic pop

@@ -38,6 +38,8 @@ struct DecodeArgs {
   const int32_t* blocks = nullptr;  // the run, in position order
   int n_blocks = 0;                 // >= 1
   int last_block_tokens = 0;        // valid positions in the last block, >= 1
+  // K and V are prefetched this many positions ahead of use.
+  int prefetch_tokens = 32;
   // Per-thread scratch of at least DecodeScratchFloats() floats.
   float* scratch = nullptr;
 };
@@ -56,6 +58,14 @@ DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim);
 
 // 2^x for the kernels' softmax (scalar; exact to a few ulp).
 float Exp2(float x);
+
+// Vectorised softmax pieces for the oneDNN paths, on `isa`.
+struct RowOps {
+  float (*max)(const float* s, int n);
+  // s[t] = 2^(s[t] - m) for t < n; returns the sum.
+  float (*exp2_sum)(float* s, int n, float m);
+};
+RowOps SelectRowOps(Isa isa);
 
 }  // namespace kvserve::attention_internal
 

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/attention/decode_kernel.h"
+#include "core/attention/onednn_attention.h"
 #include "core/kv/bf16.h"
 #include "core/util/check.h"
 
@@ -25,6 +27,9 @@ using attention_internal::PartialState;
 // positions (shorter runs cost more in combining than they gain).
 constexpr int64_t kMinRunTokens = 256;
 constexpr int kRunsPerThread = 4;
+// Prefill chunks of at least this many queries go through oneDNN matmuls;
+// shorter ones through the fused decode kernel, row by row.
+constexpr int64_t kMinOneDnnPrefill = 16;
 
 // One unit of decode work: a run of one sequence's blocks for one KV group.
 struct Run {
@@ -46,9 +51,12 @@ struct GqaAttention::Impl {
   int kv_mul;
   int block_tokens;
   DType dtype;
-  DecodePath decode_path;
+  AttentionPath decode_path;
+  AttentionPath prefill_path;
   float q_scale;  // log2(e) / sqrt(head_dim): scores in log2 units
   DecodeKernel kernel;
+  int prefetch_tokens = 32;
+  std::unique_ptr<attention_internal::OneDnnAttention> onednn;
 
   // Reused across calls (the instance is used by one thread at a time).
   std::vector<Run> runs;
@@ -66,8 +74,8 @@ struct GqaAttention::Impl {
   }
 
   void PlanRuns(absl::Span<const SeqKv> seqs, int n_threads);
-  void RunFused(int layer, absl::Span<const SeqKv> seqs, const float* q,
-                float* out);
+  void RunDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
+                 float* out, bool fused);
   // Fused decode of kv_mul query rows q ([kv_mul][head_dim]) over the
   // group's positions [0, n_ctx) of `seq`, written normalised to out.
   void DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx, int group,
@@ -108,8 +116,8 @@ void GqaAttention::Impl::PlanRuns(absl::Span<const SeqKv> seqs, int n_threads) {
   first_run.push_back(static_cast<int32_t>(runs.size()));
 }
 
-void GqaAttention::Impl::RunFused(int layer, absl::Span<const SeqKv> seqs,
-                                  const float* q, float* out) {
+void GqaAttention::Impl::RunDecode(int layer, absl::Span<const SeqKv> seqs,
+                                   const float* q, float* out, bool fused) {
   const int n_threads = omp_get_max_threads();
   PlanRuns(seqs, n_threads);
   partials.resize(runs.size() * PartialFloats());
@@ -139,6 +147,7 @@ void GqaAttention::Impl::RunFused(int layer, absl::Span<const SeqKv> seqs,
     args.q = qs;
     args.block_stride = BlockStride();
     args.scratch = scratch + group_floats;
+    args.prefetch_tokens = prefetch_tokens;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < n_runs; ++r) {
       const Run& run = runs[r];
@@ -151,7 +160,11 @@ void GqaAttention::Impl::RunFused(int layer, absl::Span<const SeqKv> seqs,
       args.blocks = seqs[run.seq].blocks.data() + run.first_block;
       args.n_blocks = run.n_blocks;
       args.last_block_tokens = run.last_block_tokens;
-      kernel(args, Partial(r));
+      if (fused) {
+        kernel(args, Partial(r));
+      } else {
+        onednn->DecodeRun(args, Partial(r));
+      }
     }
     // Combine each (sequence, group)'s runs: rescale to the common max.
 #pragma omp for schedule(static)
@@ -231,10 +244,16 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   impl->block_tokens = po.block_tokens;
   impl->dtype = po.dtype;
   impl->decode_path = options.decode_path;
+  impl->prefill_path = options.prefill_path;
   impl->q_scale = static_cast<float>(std::numbers::log2e /
                                      std::sqrt(double{1.0} * po.head_dim));
   impl->kernel = attention_internal::SelectDecodeKernel(
       attention_internal::BestIsa(), po.dtype, po.head_dim);
+  impl->onednn = std::make_unique<attention_internal::OneDnnAttention>(
+      pool, options.n_heads);
+  if (const char* pf = std::getenv("KVSERVE_PF_TOKENS")) {
+    impl->prefetch_tokens = std::atoi(pf);
+  }
   return std::unique_ptr<GqaAttention>(new GqaAttention(std::move(impl)));
 }
 
@@ -245,13 +264,22 @@ GqaAttention::~GqaAttention() = default;
 void GqaAttention::GqaDecode(int layer, absl::Span<const SeqKv> seqs,
                              const float* q, float* out) {
   if (seqs.empty()) return;
-  impl_->RunFused(layer, seqs, q, out);
+  impl_->RunDecode(layer, seqs, q, out,
+                   impl_->decode_path != AttentionPath::kOneDnn);
 }
 
 void GqaAttention::GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos,
                               int64_t n_new, const float* q, float* out) {
   Impl& im = *impl_;
   KVSERVE_CHECK(start_pos >= 0 && seq.n_ctx >= start_pos + n_new);
+  if (n_new <= 0) return;
+  const bool onednn =
+      im.prefill_path == AttentionPath::kOneDnn ||
+      (im.prefill_path == AttentionPath::kAuto && n_new >= kMinOneDnnPrefill);
+  if (onednn) {
+    im.onednn->Prefill(layer, seq, start_pos, n_new, q, out);
+    return;
+  }
   const int64_t scratch_floats = attention_internal::DecodeScratchFloats(
                                      im.head_dim, im.kv_mul, im.block_tokens) +
                                  int64_t{im.kv_mul} * (3 + 2 * im.head_dim);

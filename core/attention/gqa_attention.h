@@ -25,14 +25,16 @@ struct SeqKv {
   int64_t n_ctx = 0;
 };
 
-// How GqaDecode computes. kAuto picks per shape what the benchmark
+// How attention is computed. kAuto picks per shape what the benchmark
 // (bench/attention_bench) measured fastest; the others force a path, for
-// tests and benchmarks.
-enum class DecodePath { kAuto, kFused, kOneDnn };
+// tests and benchmarks. kFused is the hand-written paged kernel
+// (decode_kernel.h); kOneDnn uses oneDNN matmul primitives.
+enum class AttentionPath { kAuto, kFused, kOneDnn };
 
 struct GqaAttentionOptions {
   int n_heads = 0;  // query heads; the pool gives n_kv_heads and head_dim
-  DecodePath decode_path = DecodePath::kAuto;
+  AttentionPath decode_path = AttentionPath::kAuto;
+  AttentionPath prefill_path = AttentionPath::kAuto;
 };
 
 class GqaAttention {

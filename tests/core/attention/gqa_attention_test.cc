@@ -1,6 +1,7 @@
 #include "core/attention/gqa_attention.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -47,6 +48,15 @@ class Cache {
     o.capacity_bytes = capacity_tokens * 2 * kLayers * shape.n_kv_heads *
                        shape.head_dim * DTypeSize(shape.dtype);
     pool_ = std::move(BlockPool::Create(o)).value();
+    // Unwritten positions hold NaN, so reading past n_ctx fails the test.
+    const int64_t block_bytes = int64_t{shape.n_kv_heads} * shape.block_tokens *
+                                shape.head_dim * DTypeSize(shape.dtype);
+    for (int layer = 0; layer < kLayers; ++layer) {
+      for (int32_t b = 0; b < pool_->num_blocks(); ++b) {
+        std::memset(pool_->KeyBlock(layer, b), 0xff, block_bytes);
+        std::memset(pool_->ValueBlock(layer, b), 0xff, block_bytes);
+      }
+    }
   }
 
   BlockPool* pool() { return pool_.get(); }
@@ -168,10 +178,13 @@ class ErrorNorm {
   double norm_ = 0;
 };
 
-std::unique_ptr<GqaAttention> MakeAttention(const BlockPool* pool,
-                                            const Shape& s) {
+std::unique_ptr<GqaAttention> MakeAttention(
+    const BlockPool* pool, const Shape& s,
+    AttentionPath path = AttentionPath::kAuto) {
   GqaAttentionOptions o;
   o.n_heads = s.n_heads;
+  o.decode_path = path;
+  o.prefill_path = path;
   auto a = GqaAttention::Create(pool, o);
   EXPECT_TRUE(a.ok()) << a.status();
   return std::move(*a);
@@ -198,21 +211,31 @@ void CheckDecode(Cache& cache, GqaAttention& attention, const Shape& shape,
   }
 }
 
-class DecodeTest : public ::testing::TestWithParam<
-                       std::tuple<int /*kv_mul*/, int /*head_dim*/, DType>> {
+class DecodeTest
+    : public ::testing::TestWithParam<
+          std::tuple<int /*kv_mul*/, int /*head_dim*/, DType, AttentionPath>> {
  protected:
   Shape GetShape() const {
-    auto [kv_mul, head_dim, dtype] = GetParam();
+    auto [kv_mul, head_dim, dtype, path] = GetParam();
     return Shape{8, 8 / kv_mul, head_dim, 16, dtype};
   }
+  AttentionPath Path() const { return std::get<3>(GetParam()); }
 };
+
+std::string ParamName(
+    const ::testing::TestParamInfo<DecodeTest::ParamType>& info) {
+  return absl::StrFormat(
+      "kvmul%d_d%d_%s_%s", std::get<0>(info.param), std::get<1>(info.param),
+      DTypeName(std::get<2>(info.param)),
+      std::get<3>(info.param) == AttentionPath::kOneDnn ? "onednn" : "fused");
+}
 
 TEST_P(DecodeTest, MixedBatchAndSingleSequences) {
   const Shape shape = GetShape();
   const int bt = shape.block_tokens;
   const std::vector<int64_t> lengths = {1, bt - 1, bt, bt + 1, 1000, 5000};
   Cache cache(shape, 2 * 6200, 1234 + shape.head_dim + shape.n_kv_heads);
-  auto attention = MakeAttention(cache.pool(), shape);
+  auto attention = MakeAttention(cache.pool(), shape, Path());
   std::vector<std::pair<int, int64_t>> batch;
   for (int64_t len : lengths) batch.push_back({cache.Add(len), len});
   // A context shorter than the table: positions past n_ctx are ignored.
@@ -225,7 +248,7 @@ TEST_P(DecodeTest, SharedPrefixBlocks) {
   const Shape shape = GetShape();
   const int bt = shape.block_tokens;
   Cache cache(shape, 2000, 99 + shape.head_dim);
-  auto attention = MakeAttention(cache.pool(), shape);
+  auto attention = MakeAttention(cache.pool(), shape, Path());
   const int base = cache.Add(10 * bt + 5);
   const int a = cache.Fork(base, 10 * bt + 5, 40);  // copy-on-write
   const int b = cache.Fork(base, 4 * bt, 3);        // shares whole blocks
@@ -238,17 +261,14 @@ TEST_P(DecodeTest, SharedPrefixBlocks) {
                {c, 7 * bt + 302}});
 }
 
-INSTANTIATE_TEST_SUITE_P(AllShapes, DecodeTest,
-                         ::testing::Combine(::testing::Values(1, 2, 4, 8),
-                                            ::testing::Values(8, 64, 128),
-                                            ::testing::Values(DType::kF32,
-                                                              DType::kBF16)),
-                         [](const auto& info) {
-                           return absl::StrFormat(
-                               "kvmul%d_d%d_%s", std::get<0>(info.param),
-                               std::get<1>(info.param),
-                               DTypeName(std::get<2>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllShapes, DecodeTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(8, 64, 128),
+                       ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(AttentionPath::kFused,
+                                         AttentionPath::kOneDnn)),
+    ParamName);
 
 class PrefillTest : public DecodeTest {};
 
@@ -256,7 +276,7 @@ TEST_P(PrefillTest, ChunksAtOffsets) {
   const Shape shape = GetShape();
   const int bt = shape.block_tokens;
   Cache cache(shape, 3000, 7 + shape.head_dim + shape.n_kv_heads);
-  auto attention = MakeAttention(cache.pool(), shape);
+  auto attention = MakeAttention(cache.pool(), shape, Path());
   const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
   struct Chunk {
     int64_t start, n_new;
@@ -280,17 +300,14 @@ TEST_P(PrefillTest, ChunksAtOffsets) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllShapes, PrefillTest,
-                         ::testing::Combine(::testing::Values(1, 2, 4, 8),
-                                            ::testing::Values(8, 64, 128),
-                                            ::testing::Values(DType::kF32,
-                                                              DType::kBF16)),
-                         [](const auto& info) {
-                           return absl::StrFormat(
-                               "kvmul%d_d%d_%s", std::get<0>(info.param),
-                               std::get<1>(info.param),
-                               DTypeName(std::get<2>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllShapes, PrefillTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(8, 64, 128),
+                       ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(AttentionPath::kFused,
+                                         AttentionPath::kOneDnn)),
+    ParamName);
 
 TEST(GqaAttentionTest, RejectsHeadsNotAMultipleOfKvHeads) {
   Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);

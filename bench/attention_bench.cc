@@ -1,0 +1,293 @@
+// attention_bench: GqaDecode and GqaPrefill against this machine's limits,
+// measured in the same run: memory read bandwidth for decode (which reads
+// every K and V once per token) and a oneDNN sgemm for prefill.
+//
+//   attention_bench [--json] [--block_tokens=N] [--quick]
+//
+// Decode runs cold: every call reads a different copy of the batch's KV
+// cache, and the copies together exceed the L3 cache.
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "bench/util/bench_util.h"
+#include "core/attention/gqa_attention.h"
+#include "core/kv/bf16.h"
+#include "core/kv/block_table.h"
+
+namespace kvserve {
+namespace {
+
+constexpr int kHeads = 32;
+constexpr int kKvHeads = 8;
+constexpr int kHeadDim = 128;
+constexpr int64_t kL3Bytes = int64_t{32} << 20;
+
+struct Env {
+  bool json = false;
+  double bandwidth_gbps = 0;
+  int threads = 1;
+};
+
+const char* PathName(AttentionPath p) {
+  return p == AttentionPath::kOneDnn ? "onednn" : "fused";
+}
+
+// `replicas` copies of a batch of `batch` sequences of T positions each,
+// filled with small random K/V.
+class Fixture {
+ public:
+  Fixture(DType dtype, int block_tokens, int batch, int64_t T,
+          int64_t min_bytes) {
+    BlockPoolOptions o;
+    o.n_layers = 1;
+    o.n_kv_heads = kKvHeads;
+    o.head_dim = kHeadDim;
+    o.block_tokens = block_tokens;
+    o.dtype = dtype;
+    const int64_t blocks_per_seq = (T + block_tokens - 1) / block_tokens;
+    const int64_t block_bytes =
+        2LL * kKvHeads * block_tokens * kHeadDim * DTypeSize(dtype);
+    const int64_t replica_bytes = batch * blocks_per_seq * block_bytes;
+    replicas_ = static_cast<int>(
+        std::max<int64_t>(1, (min_bytes + replica_bytes - 1) / replica_bytes));
+    o.capacity_bytes = replicas_ * replica_bytes;
+    pool_ = std::move(BlockPool::Create(o)).value();
+    Fill(dtype);
+    views_.resize(replicas_);
+    for (int r = 0; r < replicas_; ++r) {
+      for (int b = 0; b < batch; ++b) {
+        tables_.emplace_back(pool_.get());
+        if (!tables_.back().Extend(T).ok()) std::abort();
+      }
+    }
+    for (int r = 0; r < replicas_; ++r) {
+      for (int b = 0; b < batch; ++b) {
+        views_[r].push_back(SeqKv{tables_[r * batch + b].blocks(), T});
+      }
+    }
+  }
+
+  const BlockPool* pool() const { return pool_.get(); }
+  int replicas() const { return replicas_; }
+  absl::Span<const SeqKv> views(int64_t i) const {
+    return views_[i % replicas_];
+  }
+
+ private:
+  void Fill(DType dtype) {
+    const int64_t elems =
+        int64_t{kKvHeads} * pool_->options().block_tokens * kHeadDim;
+    const int32_t n = pool_->num_blocks();
+#pragma omp parallel for schedule(static)
+    for (int32_t b = 0; b < n; ++b) {
+      std::minstd_rand rng(b + 1);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (void* p : {pool_->KeyBlock(0, b), pool_->ValueBlock(0, b)}) {
+        for (int64_t i = 0; i < elems; ++i) {
+          if (dtype == DType::kF32) {
+            static_cast<float*>(p)[i] = u(rng);
+          } else {
+            static_cast<uint16_t*>(p)[i] = FloatToBf16(u(rng));
+          }
+        }
+      }
+    }
+  }
+
+  int replicas_ = 1;
+  std::unique_ptr<BlockPool> pool_;
+  std::vector<BlockTable> tables_;
+  std::vector<std::vector<SeqKv>> views_;
+};
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed) {
+  std::minstd_rand rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n);
+  for (float& f : x) f = normal(rng);
+  return x;
+}
+
+struct DecodeResult {
+  double us;
+  double gbps;
+};
+
+DecodeResult TimeDecode(const Fixture& f, AttentionPath path, int batch,
+                        int64_t T, DType dtype) {
+  GqaAttentionOptions o;
+  o.n_heads = kHeads;
+  o.decode_path = path;
+  auto attention = std::move(GqaAttention::Create(f.pool(), o)).value();
+  const std::vector<float> q =
+      RandomVector(int64_t{batch} * kHeads * kHeadDim, 7);
+  std::vector<float> out(q.size());
+  const double s = bench::MedianSeconds(
+      [&](int64_t i) {
+        attention->GqaDecode(0, f.views(i), q.data(), out.data());
+      },
+      std::max(8, 2 * f.replicas()), 0.2, std::min(4, f.replicas()));
+  const double bytes = 2.0 * batch * T * kKvHeads * kHeadDim * DTypeSize(dtype);
+  return DecodeResult{s * 1e6, bytes / s / 1e9};
+}
+
+void PrintDecode(const Env& env, const char* kind, AttentionPath path,
+                 DType dtype, int batch, int64_t T, int block_tokens,
+                 const DecodeResult& r) {
+  const double ratio = r.gbps / env.bandwidth_gbps;
+  if (env.json) {
+    std::printf("%s\n", bench::JsonLine()
+                            .Add("kind", kind)
+                            .Add("path", PathName(path))
+                            .Add("dtype", DTypeName(dtype))
+                            .Add("batch", batch)
+                            .Add("T", T)
+                            .Add("block_tokens", block_tokens)
+                            .Add("us", r.us)
+                            .Add("gbps", r.gbps)
+                            .Add("bandwidth_gbps", env.bandwidth_gbps)
+                            .Add("ratio", ratio)
+                            .Add("threads", env.threads)
+                            .Add("omp_wait_policy", bench::OmpWaitPolicy())
+                            .str()
+                            .c_str());
+  } else {
+    std::printf("%-12s %-7s %-5s %5d %6lld %4d %11.1f %8.1f %6.2f\n", kind,
+                PathName(path), std::string(DTypeName(dtype)).c_str(), batch,
+                static_cast<long long>(T), block_tokens, r.us, r.gbps, ratio);
+  }
+  std::fflush(stdout);
+}
+
+void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only) {
+  if (!env.json) {
+    std::printf("\n%-12s %-7s %-5s %5s %6s %4s %11s %8s %6s\n", "kind", "path",
+                "dtype", "batch", "T", "bt", "us/call", "GB/s", "ratio");
+  }
+  // Block size sweep: the evidence for BlockPoolOptions' default.
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int bt : {16, 32, 64, 128, 256}) {
+      Fixture f(dtype, bt, 1, 4096, 3 * kL3Bytes);
+      PrintDecode(env, "block_sweep", AttentionPath::kFused, dtype, 1, 4096, bt,
+                  TimeDecode(f, AttentionPath::kFused, 1, 4096, dtype));
+    }
+  }
+  if (sweep_only) return;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int batch : {1, 8}) {
+      for (int64_t T : {512, 4096, 32768}) {
+        if (quick && T == 32768 && batch == 8) continue;
+        Fixture f(dtype, block_tokens, batch, T, 3 * kL3Bytes);
+        for (AttentionPath path :
+             {AttentionPath::kFused, AttentionPath::kOneDnn}) {
+          PrintDecode(env, "decode", path, dtype, batch, T, block_tokens,
+                      TimeDecode(f, path, batch, T, dtype));
+        }
+      }
+    }
+  }
+}
+
+void RunPrefill(const Env& env, int block_tokens) {
+  constexpr int64_t kChunk = 512;
+  const double sgemm = bench::MeasureSgemmGflops(kChunk, kChunk, kHeadDim);
+  if (!env.json) {
+    std::printf(
+        "\nprefill of a %lld-token chunk; oneDNN sgemm %lldx%lldx%d: %.1f "
+        "GFLOP/s\n%-7s %-7s %6s %10s %9s %6s\n",
+        static_cast<long long>(kChunk), static_cast<long long>(kChunk),
+        static_cast<long long>(kChunk), kHeadDim, sgemm, "path", "dtype",
+        "start", "us/call", "GFLOP/s", "ratio");
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t start : {int64_t{0}, int64_t{3584}}) {
+      Fixture f(dtype, block_tokens, 1, start + kChunk, 0);
+      const std::vector<float> q = RandomVector(kChunk * kHeads * kHeadDim, 11);
+      std::vector<float> out(q.size());
+      // QKᵀ and PV over the causal context of every row.
+      double flops = 0;
+      for (int64_t i = 0; i < kChunk; ++i) {
+        flops += 4.0 * kHeads * kHeadDim * (start + i + 1);
+      }
+      for (AttentionPath path :
+           {AttentionPath::kFused, AttentionPath::kOneDnn}) {
+        GqaAttentionOptions o;
+        o.n_heads = kHeads;
+        o.prefill_path = path;
+        auto attention = std::move(GqaAttention::Create(f.pool(), o)).value();
+        const SeqKv seq = f.views(0)[0];
+        const double s = bench::MedianSeconds(
+            [&](int64_t) {
+              attention->GqaPrefill(0, seq, start, kChunk, q.data(),
+                                    out.data());
+            },
+            3, 0.3, 1);
+        const double gflops = flops / s / 1e9;
+        if (env.json) {
+          std::printf("%s\n", bench::JsonLine()
+                                  .Add("kind", "prefill")
+                                  .Add("path", PathName(path))
+                                  .Add("dtype", DTypeName(dtype))
+                                  .Add("batch", 1)
+                                  .Add("T", start + kChunk)
+                                  .Add("start_pos", start)
+                                  .Add("n_new", kChunk)
+                                  .Add("us", s * 1e6)
+                                  .Add("gflops", gflops)
+                                  .Add("sgemm_gflops", sgemm)
+                                  .Add("ratio", gflops / sgemm)
+                                  .Add("threads", env.threads)
+                                  .str()
+                                  .c_str());
+        } else {
+          std::printf("%-7s %-7s %6lld %10.1f %9.1f %6.2f\n", PathName(path),
+                      std::string(DTypeName(dtype)).c_str(),
+                      static_cast<long long>(start), s * 1e6, gflops,
+                      gflops / sgemm);
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) {
+  using namespace kvserve;
+  Env env;
+  env.json = bench::HasFlag(argc, argv, "--json");
+  const bool quick = bench::HasFlag(argc, argv, "--quick");
+  const int block_tokens = static_cast<int>(bench::IntFlag(
+      argc, argv, "--block_tokens", BlockPoolOptions{}.block_tokens));
+  env.threads = omp_get_max_threads();
+  env.bandwidth_gbps = bench::MeasureReadBandwidthGbps();
+  if (env.json) {
+    std::printf("%s\n", bench::JsonLine()
+                            .Add("kind", "bandwidth")
+                            .Add("bandwidth_gbps", env.bandwidth_gbps)
+                            .Add("threads", env.threads)
+                            .Add("omp_wait_policy", bench::OmpWaitPolicy())
+                            .str()
+                            .c_str());
+  } else {
+    std::printf(
+        "attention_bench: n_heads %d, n_kv_heads %d, head_dim %d, %d threads, "
+        "OMP_WAIT_POLICY=%s\nread bandwidth (streaming sum over 1 GiB): %.1f "
+        "GB/s\n",
+        kHeads, kKvHeads, kHeadDim, env.threads, bench::OmpWaitPolicy().c_str(),
+        env.bandwidth_gbps);
+  }
+  const bool sweep_only = bench::HasFlag(argc, argv, "--sweep_only");
+  RunDecode(env, block_tokens, quick, sweep_only);
+  if (!sweep_only) RunPrefill(env, block_tokens);
+  return 0;
+}

@@ -1,0 +1,150 @@
+#include "bench/util/bench_util.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "dnnl.hpp"
+
+namespace kvserve::bench {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Sum of x[0, n) with enough independent accumulators to keep many loads
+// in flight; compiled for AVX2 so one core can saturate its share.
+__attribute__((target("avx2"))) double StreamSum(const float* x, int64_t n) {
+  float acc[64] = {};
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 64; ++j) acc[j] += x[i + j];
+  }
+  double s = 0;
+  for (float a : acc) s += a;
+  return s;
+}
+
+}  // namespace
+
+double MeasureReadBandwidthGbps(int64_t bytes, int repeats) {
+  const int64_t n = bytes / sizeof(float) / 64 * 64;
+  std::unique_ptr<float[]> buf(new float[n]);
+  // First touch by the threads that will read, in the same split.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;
+  double best = 0;
+  volatile double sink = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = Now();
+    double total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+      const int nt = omp_get_num_threads();
+      const int id = omp_get_thread_num();
+      const int64_t per = (n / 64 + nt - 1) / nt * 64;
+      const int64_t begin = std::min(n, id * per);
+      const int64_t end = std::min(n, begin + per);
+      total += StreamSum(buf.get() + begin, end - begin);
+    }
+    const double dt = Now() - t0;
+    sink = sink + total;
+    best = std::max(best, n * sizeof(float) / dt / 1e9);
+  }
+  return best;
+}
+
+double MeasureSgemmGflops(int64_t m, int64_t n, int64_t k) {
+  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
+  const double s = MedianSeconds(
+      [&](int64_t) {
+        dnnl::sgemm('N', 'N', m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                    c.data(), n);
+      },
+      5, 0.3, 2);
+  return 2.0 * m * n * k / s / 1e9;
+}
+
+double MedianSeconds(const std::function<void(int64_t)>& fn, int64_t min_calls,
+                     double min_seconds, int warmup) {
+  int64_t i = 0;
+  for (; i < warmup; ++i) fn(i);
+  std::vector<double> times;
+  const double start = Now();
+  while (static_cast<int64_t>(times.size()) < min_calls ||
+         Now() - start < min_seconds) {
+    const double t0 = Now();
+    fn(i++);
+    times.push_back(Now() - t0);
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2,
+                   times.end());
+  return times[times.size() / 2];
+}
+
+std::string OmpWaitPolicy() {
+  const char* p = std::getenv("OMP_WAIT_POLICY");
+  return p != nullptr ? p : "default";
+}
+
+void JsonLine::Key(std::string_view key) {
+  if (!body_.empty()) body_ += ", ";
+  body_ += '"';
+  body_.append(key.data(), key.size());
+  body_ += "\": ";
+}
+
+JsonLine& JsonLine::Add(std::string_view key, std::string_view value) {
+  Key(key);
+  body_ += '"';
+  for (char c : value) {
+    if (c == '"' || c == '\\') body_ += '\\';
+    body_ += c;
+  }
+  body_ += '"';
+  return *this;
+}
+
+JsonLine& JsonLine::Add(std::string_view key, int64_t value) {
+  Key(key);
+  absl::StrAppend(&body_, value);
+  return *this;
+}
+
+JsonLine& JsonLine::Add(std::string_view key, double value) {
+  Key(key);
+  absl::StrAppend(&body_, absl::StrFormat("%.6g", value));
+  return *this;
+}
+
+bool HasFlag(int argc, char** argv, std::string_view flag) {
+  for (int i = 1; i < argc; ++i) {
+    if (flag == argv[i]) return true;
+  }
+  return false;
+}
+
+int64_t IntFlag(int argc, char** argv, std::string_view name,
+                int64_t fallback) {
+  const std::string prefix = std::string(name) + "=";
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg(argv[i]);
+    int64_t v;
+    if (arg.substr(0, prefix.size()) == prefix &&
+        absl::SimpleAtoi(std::string(arg.substr(prefix.size())), &v)) {
+      return v;
+    }
+  }
+  return fallback;
+}
+
+}  // namespace kvserve::bench
