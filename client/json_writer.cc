@@ -45,12 +45,17 @@ size_t ValidUtf8Length(absl::string_view s) {
   return n;
 }
 
-std::string FloatNumber(double value, int max_digits) {
+// The shortest decimal (from 6 significant digits up) that reads back as the
+// same double, or as the same float when `is_float`.
+std::string ShortestNumber(double value, bool is_float) {
   if (!std::isfinite(value)) return "null";
-  // The shortest of a few precisions that reads back as the same value.
+  const int max_digits = is_float ? 9 : 17;
   for (int digits = 6; digits < max_digits; ++digits) {
     std::string text = absl::StrFormat("%.*g", digits, value);
-    if (std::strtod(text.c_str(), nullptr) == value) return text;
+    const bool same = is_float ? std::strtof(text.c_str(), nullptr) ==
+                                     static_cast<float>(value)
+                               : std::strtod(text.c_str(), nullptr) == value;
+    if (same) return text;
   }
   return absl::StrFormat("%.*g", max_digits, value);
 }
@@ -82,10 +87,9 @@ std::string ValueToString(const Message& message, const Reflection& reflection,
           repeated ? reflection.GetRepeatedDouble(message, &field, index)
                    : reflection.GetDouble(message, &field));
     case FieldDescriptor::CPPTYPE_FLOAT:
-      return FloatNumber(
+      return JsonNumber(
           repeated ? reflection.GetRepeatedFloat(message, &field, index)
-                   : reflection.GetFloat(message, &field),
-          9);
+                   : reflection.GetFloat(message, &field));
     case FieldDescriptor::CPPTYPE_BOOL:
       return (repeated ? reflection.GetRepeatedBool(message, &field, index)
                        : reflection.GetBool(message, &field))
@@ -179,7 +183,9 @@ std::string JsonString(absl::string_view text) {
   return out;
 }
 
-std::string JsonNumber(double value) { return FloatNumber(value, 17); }
+std::string JsonNumber(double value) { return ShortestNumber(value, false); }
+
+std::string JsonNumber(float value) { return ShortestNumber(value, true); }
 
 void JsonObject::AddKey(absl::string_view key) {
   if (!body_.empty()) body_.append(", ");
@@ -207,6 +213,12 @@ JsonObject& JsonObject::AddUint(absl::string_view key, uint64_t value) {
 }
 
 JsonObject& JsonObject::AddDouble(absl::string_view key, double value) {
+  AddKey(key);
+  body_.append(JsonNumber(value));
+  return *this;
+}
+
+JsonObject& JsonObject::AddFloat(absl::string_view key, float value) {
   AddKey(key);
   body_.append(JsonNumber(value));
   return *this;

@@ -16,8 +16,10 @@ namespace kvserve {
 // Appends `text` as a quoted JSON string literal.
 void AppendJsonString(absl::string_view text, std::string* out);
 std::string JsonString(absl::string_view text);
-// A JSON number; NaN and infinities (not representable) become null.
+// The shortest JSON number that reads back as `value` (a float's own
+// precision for floats); NaN and infinities (not representable) become null.
 std::string JsonNumber(double value);
+std::string JsonNumber(float value);
 
 // One JSON object, keys in insertion order, written on one line.
 class JsonObject {
@@ -26,6 +28,7 @@ class JsonObject {
   JsonObject& AddInt(absl::string_view key, int64_t value);
   JsonObject& AddUint(absl::string_view key, uint64_t value);
   JsonObject& AddDouble(absl::string_view key, double value);
+  JsonObject& AddFloat(absl::string_view key, float value);
   JsonObject& AddBool(absl::string_view key, bool value);
   JsonObject& AddObject(absl::string_view key, const JsonObject& value);
   // `json` must already be valid JSON (an array, a nested value, ...).

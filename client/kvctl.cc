@@ -510,7 +510,7 @@ class Commands {
         JsonObject object;
         object.AddInt("token_id", token.token_id());
         object.AddString("text", token.text());
-        if (token.has_logprob()) object.AddDouble("logprob", token.logprob());
+        if (token.has_logprob()) object.AddFloat("logprob", token.logprob());
         if (token.top_logprobs_size() > 0) {
           std::string top = "[";
           for (const v1::TokenLogprob& alt : token.top_logprobs()) {
@@ -518,7 +518,7 @@ class Commands {
             top.append(JsonObject()
                            .AddInt("token_id", alt.token_id())
                            .AddString("text", alt.text())
-                           .AddDouble("logprob", alt.logprob())
+                           .AddFloat("logprob", alt.logprob())
                            .str());
           }
           object.AddRaw("top_logprobs", top + "]");

@@ -40,8 +40,12 @@ TEST(JsonStringTest, ReplacesInvalidUtf8) {
 TEST(JsonNumberTest, ShortestRoundTripAndNullForNonFinite) {
   EXPECT_EQ(JsonNumber(0.5), "0.5");
   EXPECT_EQ(JsonNumber(0.1), "0.1");
-  EXPECT_EQ(JsonNumber(0), "0");
+  EXPECT_EQ(JsonNumber(0.0), "0");
   EXPECT_EQ(JsonNumber(1.0 / 3), "0.3333333333333333");
+  // Floats print with their own precision, not the double's.
+  EXPECT_EQ(JsonNumber(-3.0565696f), "-3.0565696");
+  EXPECT_EQ(JsonNumber(0.1f), "0.1");
+  EXPECT_EQ(JsonNumber(std::numeric_limits<float>::infinity()), "null");
   EXPECT_EQ(JsonNumber(std::numeric_limits<double>::infinity()), "null");
   EXPECT_EQ(JsonNumber(std::numeric_limits<double>::quiet_NaN()), "null");
 }
