@@ -22,6 +22,7 @@
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/model_source.h"
+#include "server/process_metrics.h"
 #include "server/settings.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (host:port)");
@@ -88,6 +89,7 @@ int Serve() {
     return 1;
   }
 
+  const auto process_metrics = std::make_shared<ProcessMetrics>();
   std::unique_ptr<prometheus::Exposer> exposer;
   std::string metrics_address = "-";
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
@@ -106,6 +108,7 @@ int Serve() {
       return 1;
     }
     exposer->RegisterCollectable(metrics->registry());
+    exposer->RegisterCollectable(process_metrics);
     metrics_address =
         absl::StrFormat("%s:%d", hp->host, exposer->GetListeningPorts().at(0));
   }
