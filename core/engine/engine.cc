@@ -40,7 +40,7 @@ struct Engine::Sequence {
   bool generate() const { return params().generate; }
   // Tokens of the history whose KV is not computed yet.
   int64_t pending() const {
-    return session->tokens.size() - session->kv.num_tokens();
+    return session->tokens.size() - session->kv.table.num_tokens();
   }
 
   std::shared_ptr<GenerateCall> call;
@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (!model.ok()) return model.status();
   engine->model_ = *std::move(model);
   engine->sessions_ = std::make_unique<SessionStore>(engine->pool_.get());
+  engine->prefix_cache_ = std::make_unique<PrefixCache>(engine->pool_.get());
   engine->ReportStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
@@ -314,11 +315,12 @@ void Engine::StartWaiting() {
       // Logits come from the last token's forward pass: recompute it when
       // its KV is already held.
       if (seq->generate() && !s.tokens.empty() &&
-          s.kv.num_tokens() == static_cast<int64_t>(s.tokens.size())) {
+          s.kv.table.num_tokens() == static_cast<int64_t>(s.tokens.size())) {
         s.kv.Truncate(s.tokens.size() - 1);
       }
+      MatchPrefix(*seq);
       seq->usage.prompt_tokens = s.tokens.size();
-      seq->usage.cached_prompt_tokens = s.kv.num_tokens();
+      seq->usage.cached_prompt_tokens = s.kv.table.num_tokens();
       seq->started = true;
       if (observer_) {
         observer_->OnPrompt(seq->usage.prompt_tokens,
@@ -329,9 +331,17 @@ void Engine::StartWaiting() {
   }
 }
 
+int64_t Engine::MatchPrefix(Sequence& seq) {
+  Session& s = *seq.session;
+  absl::Span<const int32_t> tokens = s.tokens;
+  // A generating sequence needs the last token's logits: leave it pending.
+  if (seq.generate() && !tokens.empty()) tokens.remove_suffix(1);
+  return prefix_cache_->Match(tokens, s.kv);
+}
+
 absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
   while (true) {
-    absl::Status s = seq.session->kv.Extend(end);
+    absl::Status s = prefix_cache_->Extend(seq.session->kv, end);
     if (!absl::IsResourceExhausted(s)) return s;
     if (sessions_->DropLeastRecentlyUsedKv()) {
       if (observer_) observer_->OnEviction("memory");
@@ -342,7 +352,8 @@ absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
       Sequence* candidate = it->get();
       if (candidate == &seq) break;
-      if (!candidate->preempted && !candidate->session->kv.blocks().empty()) {
+      if (!candidate->preempted &&
+          !candidate->session->kv.table.blocks().empty()) {
         victim = candidate;
         break;
       }
@@ -378,7 +389,12 @@ void Engine::Step() {
   for (Sequence* seq : order) {
     if (seq->preempted || budget == 0) continue;
     Session& s = *seq->session;
-    const int64_t start = s.kv.num_tokens();
+    if (seq->usage.generated_tokens == 0) {
+      const int64_t adopted = MatchPrefix(*seq);
+      seq->usage.cached_prompt_tokens += adopted;
+      if (observer_ && adopted > 0) observer_->OnPrompt(0, adopted);
+    }
+    const int64_t start = s.kv.table.num_tokens();
     const int64_t n = std::min<int64_t>(seq->pending(), budget);
     if (n == 0) continue;
     absl::Status reserved = ReserveKv(*seq, start + n);
@@ -393,7 +409,7 @@ void Engine::Step() {
     budget -= n;
     const bool last = start + n == static_cast<int64_t>(s.tokens.size());
     chunks.push_back(
-        SeqChunk{.kv = &s.kv,
+        SeqChunk{.kv = &s.kv.table,
                  .start_pos = start,
                  .tokens = absl::MakeConstSpan(s.tokens).subspan(start, n),
                  .want_logits = last && seq->generate()});
@@ -417,6 +433,7 @@ void Engine::Step() {
       seq.call->Cancel();
       continue;
     }
+    prefix_cache_->Register(seq.session->tokens, seq.session->kv);
     if (chunks[i].want_logits) {
       absl::Span<const float> row = logits->subspan(logit_row * vocab, vocab);
       ++logit_row;
@@ -539,9 +556,10 @@ SessionInfo Engine::Describe(const Session& s, bool include_tokens) const {
   info.id = s.id;
   info.owner = s.owner;
   info.num_tokens = s.tokens.size();
-  info.kv_tokens = s.kv.num_tokens();
-  info.kv_bytes = s.kv.num_tokens() * pool_->bytes_per_token();
-  info.tier = s.kv.num_tokens() > 0 || s.tokens.empty() ? "ram" : "tokens";
+  info.kv_tokens = s.kv.table.num_tokens();
+  info.kv_bytes = s.kv.table.num_tokens() * pool_->bytes_per_token();
+  info.tier =
+      s.kv.table.num_tokens() > 0 || s.tokens.empty() ? "ram" : "tokens";
   info.create_time = s.create_time;
   info.last_used = s.last_used;
   info.ttl = s.ttl;
@@ -691,7 +709,7 @@ void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
                               s.tokens.size(), id, tokens)));
         }
         s.tokens.resize(tokens);
-        if (s.kv.num_tokens() > tokens) s.kv.Truncate(tokens);
+        if (s.kv.table.num_tokens() > tokens) s.kv.Truncate(tokens);
         s.last_used = absl::Now();
         std::move (*shared_done)(Describe(s, false));
       },

@@ -26,6 +26,7 @@
 #include "core/engine/engine_observer.h"
 #include "core/engine/requests.h"
 #include "core/kv/block_pool.h"
+#include "core/kv/prefix_cache.h"
 #include "core/model/model.h"
 #include "core/session/session_store.h"
 #include "core/tokenizer/tokenizer.h"
@@ -103,6 +104,9 @@ class Engine {
   void Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted);
   void StartWaiting();
   void Step();
+  // Adopts cached blocks holding the sequence's next tokens; returns how
+  // many positions it adopted.
+  int64_t MatchPrefix(Sequence& seq);
   absl::Status ReserveKv(Sequence& seq, int64_t end);
   void EmitToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
   void Finish(Sequence& seq, absl::StatusOr<FinishReason> reason);
@@ -119,6 +123,7 @@ class Engine {
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<SessionStore> sessions_;
+  std::unique_ptr<PrefixCache> prefix_cache_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::deque<std::unique_ptr<Sequence>> running_;  // admission order
   absl::Time next_expiry_check_;

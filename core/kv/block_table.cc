@@ -110,6 +110,14 @@ void BlockTable::Truncate(int64_t n) {
   num_tokens_ = n;
 }
 
+void BlockTable::AppendSharedBlock(int32_t block) {
+  const int64_t bt = pool_->options().block_tokens;
+  KVSERVE_CHECK(num_tokens_ % bt == 0);
+  pool_->Ref(block);
+  blocks_.push_back(block);
+  num_tokens_ += bt;
+}
+
 BlockTable BlockTable::Fork() const {
   BlockTable fork(pool_);
   for (int32_t block : blocks_) pool_->Ref(block);

@@ -40,6 +40,11 @@ class BlockTable {
   // REQUIRES: n <= num_tokens().
   void Truncate(int64_t n);
 
+  // Appends `block`, a full block shared with other tables (its refcount is
+  // incremented), as positions [num_tokens(), num_tokens() + block_tokens).
+  // REQUIRES: num_tokens() is a multiple of block_tokens.
+  void AppendSharedBlock(int32_t block);
+
   // A table sharing every block of this one (refcounts incremented).
   BlockTable Fork() const;
 

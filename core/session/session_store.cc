@@ -83,7 +83,7 @@ int SessionStore::ExpireIdle(absl::Time now) {
 bool SessionStore::DropLeastRecentlyUsedKv() {
   Session* victim = nullptr;
   for (const auto& [id, s] : sessions_) {
-    if (s->busy || s->kv.blocks().empty()) continue;
+    if (s->busy || s->kv.table.blocks().empty()) continue;
     if (victim == nullptr || s->last_used < victim->last_used) {
       victim = s.get();
     }
@@ -96,7 +96,7 @@ bool SessionStore::DropLeastRecentlyUsedKv() {
 int64_t SessionStore::CountWithKv() const {
   int64_t n = 0;
   for (const auto& [id, s] : sessions_) {
-    n += (s->kv.num_tokens() > 0 || s->tokens.empty()) ? 1 : 0;
+    n += (s->kv.table.num_tokens() > 0 || s->tokens.empty()) ? 1 : 0;
   }
   return n;
 }

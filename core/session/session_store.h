@@ -1,8 +1,8 @@
 // SessionStore: the server's sessions. A session is a conversation's token
 // history (BOS included) and the KV cache of a prefix of it.
 //
-// Invariant: kv.num_tokens() <= tokens.size(); positions [0,
-// kv.num_tokens()) of the cache hold the K/V of those tokens.
+// Invariant: kv.table.num_tokens() <= tokens.size(); positions [0,
+// kv.table.num_tokens()) of the cache hold the K/V of those tokens.
 //
 // Thread-safety: not thread-safe. The engine thread owns the store (every
 // session call reaches it through the engine's queue), so session state and
@@ -20,7 +20,7 @@
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/kv/block_table.h"
+#include "core/kv/prefix_cache.h"
 
 namespace kvserve {
 
@@ -30,7 +30,7 @@ struct Session {
   const std::string id;  // 32 hex digits: 128 random bits
   std::string owner;     // empty: anyone may use it
   std::vector<int32_t> tokens;
-  BlockTable kv;
+  CachedKv kv;
   std::optional<absl::Duration> ttl;  // idle time before deletion
   absl::Time create_time;
   absl::Time last_used;

@@ -53,7 +53,7 @@ TEST_F(SessionStoreTest, LookupFindsOnlyLiveSessionsOfTheOwner) {
 
 TEST_F(SessionStoreTest, DeleteFreesBlocksAtOnce) {
   Session* s = store_->Create("", std::nullopt, now_);
-  ASSERT_TRUE(s->kv.Extend(10).ok());
+  ASSERT_TRUE(s->kv.table.Extend(10).ok());
   EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks() - 3);
   store_->Delete(s->id);
   EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks());
@@ -97,12 +97,12 @@ TEST_F(SessionStoreTest, DropsKvOfTheLeastRecentlyUsedIdleSession) {
   Session* new_s = store_->Create("", std::nullopt, now_ + absl::Seconds(1));
   for (Session* s : {old_s, new_s}) {
     s->tokens = {1, 2, 3, 4, 5};
-    ASSERT_TRUE(s->kv.Extend(5).ok());
+    ASSERT_TRUE(s->kv.table.Extend(5).ok());
   }
   ASSERT_TRUE(store_->DropLeastRecentlyUsedKv());
-  EXPECT_EQ(old_s->kv.num_tokens(), 0);
+  EXPECT_EQ(old_s->kv.table.num_tokens(), 0);
   EXPECT_EQ(old_s->tokens.size(), 5u);  // the history stays
-  EXPECT_EQ(new_s->kv.num_tokens(), 5);
+  EXPECT_EQ(new_s->kv.table.num_tokens(), 5);
   new_s->busy = true;
   EXPECT_FALSE(store_->DropLeastRecentlyUsedKv());
 }
