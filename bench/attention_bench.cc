@@ -31,8 +31,8 @@ constexpr int64_t kL3Bytes = int64_t{32} << 20;
 
 struct Env {
   bool json = false;
-  double bandwidth_gbps = 0;
   int threads = 1;
+  bench::BandwidthProbe* probe = nullptr;
 };
 
 const char* PathName(AttentionPath p) {
@@ -116,12 +116,14 @@ std::vector<float> RandomVector(int64_t n, uint32_t seed) {
 }
 
 struct DecodeResult {
-  double us;
-  double gbps;
+  double us;              // median per call
+  double us_min;          // fastest call
+  double gbps;            // K+V bytes / median
+  double bandwidth_gbps;  // streaming read, measured right before the case
 };
 
-DecodeResult TimeDecode(const Fixture& f, AttentionPath path, int batch,
-                        int64_t T, DType dtype) {
+DecodeResult TimeDecode(const Env& env, const Fixture& f, AttentionPath path,
+                        int batch, int64_t T, DType dtype) {
   GqaAttentionOptions o;
   o.n_heads = kHeads;
   o.decode_path = path;
@@ -129,19 +131,21 @@ DecodeResult TimeDecode(const Fixture& f, AttentionPath path, int batch,
   const std::vector<float> q =
       RandomVector(int64_t{batch} * kHeads * kHeadDim, 7);
   std::vector<float> out(q.size());
-  const double s = bench::MedianSeconds(
+  const double bandwidth = env.probe->MeasureGbps();
+  const bench::Timing t = bench::TimeCalls(
       [&](int64_t i) {
         attention->GqaDecode(0, f.views(i), q.data(), out.data());
       },
       std::max(8, 2 * f.replicas()), 0.2, std::min(4, f.replicas()));
   const double bytes = 2.0 * batch * T * kKvHeads * kHeadDim * DTypeSize(dtype);
-  return DecodeResult{s * 1e6, bytes / s / 1e9};
+  return DecodeResult{t.median_s * 1e6, t.min_s * 1e6, bytes / t.median_s / 1e9,
+                      bandwidth};
 }
 
 void PrintDecode(const Env& env, const char* kind, AttentionPath path,
                  DType dtype, int batch, int64_t T, int block_tokens,
                  const DecodeResult& r) {
-  const double ratio = r.gbps / env.bandwidth_gbps;
+  const double ratio = r.gbps / r.bandwidth_gbps;
   if (env.json) {
     std::printf("%s\n", bench::JsonLine()
                             .Add("kind", kind)
@@ -149,34 +153,38 @@ void PrintDecode(const Env& env, const char* kind, AttentionPath path,
                             .Add("dtype", DTypeName(dtype))
                             .Add("batch", batch)
                             .Add("T", T)
-                            .Add("block_tokens", block_tokens)
                             .Add("us", r.us)
                             .Add("gbps", r.gbps)
-                            .Add("bandwidth_gbps", env.bandwidth_gbps)
+                            .Add("bandwidth_gbps", r.bandwidth_gbps)
                             .Add("ratio", ratio)
+                            .Add("us_min", r.us_min)
+                            .Add("block_tokens", block_tokens)
                             .Add("threads", env.threads)
                             .Add("omp_wait_policy", bench::OmpWaitPolicy())
                             .str()
                             .c_str());
   } else {
-    std::printf("%-12s %-7s %-5s %5d %6lld %4d %11.1f %8.1f %6.2f\n", kind,
-                PathName(path), std::string(DTypeName(dtype)).c_str(), batch,
-                static_cast<long long>(T), block_tokens, r.us, r.gbps, ratio);
+    std::printf(
+        "%-11s %-6s %-4s %5d %6lld %4d %10.1f %10.1f %6.1f %6.1f %6.2f\n", kind,
+        PathName(path), std::string(DTypeName(dtype)).c_str(), batch,
+        static_cast<long long>(T), block_tokens, r.us, r.us_min, r.gbps,
+        r.bandwidth_gbps, ratio);
   }
   std::fflush(stdout);
 }
 
 void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only) {
   if (!env.json) {
-    std::printf("\n%-12s %-7s %-5s %5s %6s %4s %11s %8s %6s\n", "kind", "path",
-                "dtype", "batch", "T", "bt", "us/call", "GB/s", "ratio");
+    std::printf("\n%-11s %-6s %-4s %5s %6s %4s %10s %10s %6s %6s %6s\n", "kind",
+                "path", "dtype", "batch", "T", "bt", "us/call", "us_min",
+                "GB/s", "bw", "ratio");
   }
   // Block size sweep: the evidence for BlockPoolOptions' default.
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int bt : {16, 32, 64, 128, 256}) {
       Fixture f(dtype, bt, 1, 4096, 3 * kL3Bytes);
       PrintDecode(env, "block_sweep", AttentionPath::kFused, dtype, 1, 4096, bt,
-                  TimeDecode(f, AttentionPath::kFused, 1, 4096, dtype));
+                  TimeDecode(env, f, AttentionPath::kFused, 1, 4096, dtype));
     }
   }
   if (sweep_only) return;
@@ -188,7 +196,7 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only) {
         for (AttentionPath path :
              {AttentionPath::kFused, AttentionPath::kOneDnn}) {
           PrintDecode(env, "decode", path, dtype, batch, T, block_tokens,
-                      TimeDecode(f, path, batch, T, dtype));
+                      TimeDecode(env, f, path, batch, T, dtype));
         }
       }
     }
@@ -223,12 +231,13 @@ void RunPrefill(const Env& env, int block_tokens) {
         o.prefill_path = path;
         auto attention = std::move(GqaAttention::Create(f.pool(), o)).value();
         const SeqKv seq = f.views(0)[0];
-        const double s = bench::MedianSeconds(
-            [&](int64_t) {
-              attention->GqaPrefill(0, seq, start, kChunk, q.data(),
-                                    out.data());
-            },
-            3, 0.3, 1);
+        const double s = bench::TimeCalls(
+                             [&](int64_t) {
+                               attention->GqaPrefill(0, seq, start, kChunk,
+                                                     q.data(), out.data());
+                             },
+                             3, 0.3, 1)
+                             .median_s;
         const double gflops = flops / s / 1e9;
         if (env.json) {
           std::printf("%s\n", bench::JsonLine()
@@ -269,11 +278,13 @@ int main(int argc, char** argv) {
   const int block_tokens = static_cast<int>(bench::IntFlag(
       argc, argv, "--block_tokens", BlockPoolOptions{}.block_tokens));
   env.threads = omp_get_max_threads();
-  env.bandwidth_gbps = bench::MeasureReadBandwidthGbps();
+  bench::BandwidthProbe probe;
+  env.probe = &probe;
+  const double bandwidth = probe.MeasureGbps(5);
   if (env.json) {
     std::printf("%s\n", bench::JsonLine()
                             .Add("kind", "bandwidth")
-                            .Add("bandwidth_gbps", env.bandwidth_gbps)
+                            .Add("bandwidth_gbps", bandwidth)
                             .Add("threads", env.threads)
                             .Add("omp_wait_policy", bench::OmpWaitPolicy())
                             .str()
@@ -282,9 +293,10 @@ int main(int argc, char** argv) {
     std::printf(
         "attention_bench: n_heads %d, n_kv_heads %d, head_dim %d, %d threads, "
         "OMP_WAIT_POLICY=%s\nread bandwidth (streaming sum over 1 GiB): %.1f "
-        "GB/s\n",
+        "GB/s; re-measured beside every decode case (bw column), which its "
+        "ratio uses\n",
         kHeads, kKvHeads, kHeadDim, env.threads, bench::OmpWaitPolicy().c_str(),
-        env.bandwidth_gbps);
+        bandwidth);
   }
   const bool sweep_only = bench::HasFlag(argc, argv, "--sweep_only");
   RunDecode(env, block_tokens, quick, sweep_only);

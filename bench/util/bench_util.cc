@@ -36,12 +36,18 @@ __attribute__((target("avx2"))) double StreamSum(const float* x, int64_t n) {
 
 }  // namespace
 
-double MeasureReadBandwidthGbps(int64_t bytes, int repeats) {
-  const int64_t n = bytes / sizeof(float) / 64 * 64;
-  std::unique_ptr<float[]> buf(new float[n]);
+BandwidthProbe::BandwidthProbe(int64_t bytes)
+    : buf_(bytes / sizeof(float) / 64 * 64) {
   // First touch by the threads that will read, in the same split.
+  const int64_t n = static_cast<int64_t>(buf_.size());
+  float* x = buf_.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) buf[i] = 1.0f;
+  for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
+}
+
+double BandwidthProbe::MeasureGbps(int repeats) {
+  const int64_t n = static_cast<int64_t>(buf_.size());
+  const float* x = buf_.data();
   double best = 0;
   volatile double sink = 0;
   for (int r = 0; r < repeats; ++r) {
@@ -54,7 +60,7 @@ double MeasureReadBandwidthGbps(int64_t bytes, int repeats) {
       const int64_t per = (n / 64 + nt - 1) / nt * 64;
       const int64_t begin = std::min(n, id * per);
       const int64_t end = std::min(n, begin + per);
-      total += StreamSum(buf.get() + begin, end - begin);
+      total += StreamSum(x + begin, end - begin);
     }
     const double dt = Now() - t0;
     sink = sink + total;
@@ -65,17 +71,18 @@ double MeasureReadBandwidthGbps(int64_t bytes, int repeats) {
 
 double MeasureSgemmGflops(int64_t m, int64_t n, int64_t k) {
   std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
-  const double s = MedianSeconds(
-      [&](int64_t) {
-        dnnl::sgemm('N', 'N', m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                    c.data(), n);
-      },
-      5, 0.3, 2);
+  const double s = TimeCalls(
+                       [&](int64_t) {
+                         dnnl::sgemm('N', 'N', m, n, k, 1.0f, a.data(), k,
+                                     b.data(), n, 0.0f, c.data(), n);
+                       },
+                       5, 0.3, 2)
+                       .median_s;
   return 2.0 * m * n * k / s / 1e9;
 }
 
-double MedianSeconds(const std::function<void(int64_t)>& fn, int64_t min_calls,
-                     double min_seconds, int warmup) {
+Timing TimeCalls(const std::function<void(int64_t)>& fn, int64_t min_calls,
+                 double min_seconds, int warmup) {
   int64_t i = 0;
   for (; i < warmup; ++i) fn(i);
   std::vector<double> times;
@@ -86,9 +93,8 @@ double MedianSeconds(const std::function<void(int64_t)>& fn, int64_t min_calls,
     fn(i++);
     times.push_back(Now() - t0);
   }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2,
-                   times.end());
-  return times[times.size() / 2];
+  std::sort(times.begin(), times.end());
+  return Timing{times[times.size() / 2], times.front()};
 }
 
 std::string OmpWaitPolicy() {

@@ -13,22 +13,32 @@
 
 namespace kvserve::bench {
 
-// Read bandwidth of this machine in GB/s (1e9 bytes/s): the best of
-// `repeats` streaming sums over a buffer of `bytes` (>= 1 GiB is meant),
-// split across omp_get_max_threads() threads, as the kernels are.
-double MeasureReadBandwidthGbps(int64_t bytes = int64_t{1} << 30,
-                                int repeats = 5);
+// Read bandwidth of this machine in GB/s (1e9 bytes/s): the best of a few
+// streaming sums over a buffer of `bytes` (>= 1 GiB is meant), split across
+// omp_get_max_threads() threads, as the kernels are. Keeps its buffer, so a
+// benchmark on a shared machine can re-measure right beside each case.
+class BandwidthProbe {
+ public:
+  explicit BandwidthProbe(int64_t bytes = int64_t{1} << 30);
+  double MeasureGbps(int repeats = 3);
+
+ private:
+  std::vector<float> buf_;
+};
 
 // GFLOP/s of a oneDNN sgemm C[m][n] = A[m][k] · B[k][n] on the current
 // thread count (the median of a few runs after a warm-up).
 double MeasureSgemmGflops(int64_t m, int64_t n, int64_t k);
 
 // Per-call seconds of `fn` (called with the iteration index, so callers can
-// rotate inputs): the median over at least `min_calls` calls and at least
-// `min_seconds`, after `warmup` calls.
-double MedianSeconds(const std::function<void(int64_t)>& fn,
-                     int64_t min_calls = 5, double min_seconds = 0.25,
-                     int warmup = 2);
+// rotate inputs) over at least `min_calls` calls and at least `min_seconds`,
+// after `warmup` calls.
+struct Timing {
+  double median_s = 0;
+  double min_s = 0;
+};
+Timing TimeCalls(const std::function<void(int64_t)>& fn, int64_t min_calls = 5,
+                 double min_seconds = 0.25, int warmup = 2);
 
 // The value of OMP_WAIT_POLICY, or "default".
 std::string OmpWaitPolicy();

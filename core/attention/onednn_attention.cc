@@ -20,7 +20,7 @@ constexpr int64_t kRt = DNNL_RUNTIME_DIM_VAL;
 
 // Query rows per prefill tile: small enough that the causal waste above the
 // diagonal stays low, large enough for an efficient gemm.
-constexpr int64_t kPrefillTileRows = 64;
+constexpr int64_t kPrefillTileRows = 128;
 // Positions per batched decode matmul (bounds the per-thread buffers).
 constexpr int64_t kStretchTokens = 1024;
 
@@ -94,33 +94,34 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
   const int64_t n_items = int64_t{kv_mul_} * n_tiles;
   const dnnl::engine& engine = DnnlEngine();
 
-  for (int g = 0; g < n_kv_heads_; ++g) {
-    const int64_t group_offset = int64_t{g} * bt * d;
-#pragma omp parallel for schedule(static)
-    for (int64_t pos = 0; pos < n_ctx; ++pos) {
-      const int32_t block = seq.blocks[pos / bt];
-      const int64_t at = group_offset + (pos % bt) * d;
-      if (dtype_ == DType::kF32) {
-        const float* k =
-            static_cast<const float*>(pool_->KeyBlock(layer, block));
-        const float* v =
-            static_cast<const float*>(pool_->ValueBlock(layer, block));
-        std::copy(k + at, k + at + d, &kc[pos * d]);
-        std::copy(v + at, v + at + d, &vc[pos * d]);
-      } else {
-        const uint16_t* k =
-            static_cast<const uint16_t*>(pool_->KeyBlock(layer, block));
-        const uint16_t* v =
-            static_cast<const uint16_t*>(pool_->ValueBlock(layer, block));
-        for (int64_t i = 0; i < d; ++i) {
-          kc[pos * d + i] = Bf16ToFloat(k[at + i]);
-          vc[pos * d + i] = Bf16ToFloat(v[at + i]);
+#pragma omp parallel
+  {
+    thread_local std::vector<float> qt_buf, s_buf, inv_buf;
+    for (int g = 0; g < n_kv_heads_; ++g) {
+      const int64_t group_offset = int64_t{g} * bt * d;
+#pragma omp for schedule(static)
+      for (int64_t pos = 0; pos < n_ctx; ++pos) {
+        const int32_t block = seq.blocks[pos / bt];
+        const int64_t at = group_offset + (pos % bt) * d;
+        if (dtype_ == DType::kF32) {
+          const float* k =
+              static_cast<const float*>(pool_->KeyBlock(layer, block));
+          const float* v =
+              static_cast<const float*>(pool_->ValueBlock(layer, block));
+          std::copy(k + at, k + at + d, &kc[pos * d]);
+          std::copy(v + at, v + at + d, &vc[pos * d]);
+        } else {
+          const uint16_t* k =
+              static_cast<const uint16_t*>(pool_->KeyBlock(layer, block));
+          const uint16_t* v =
+              static_cast<const uint16_t*>(pool_->ValueBlock(layer, block));
+          for (int64_t i = 0; i < d; ++i) {
+            kc[pos * d + i] = Bf16ToFloat(k[at + i]);
+            vc[pos * d + i] = Bf16ToFloat(v[at + i]);
+          }
         }
       }
-    }
-#pragma omp parallel
-    {
-      thread_local std::vector<float> qt_buf, s_buf, inv_buf;
+      // (implicit barrier: the group's K and V are gathered)
 #pragma omp for schedule(dynamic, 1)
       for (int64_t item = n_items - 1; item >= 0; --item) {  // long first
         const int h = static_cast<int>(item % kv_mul_);
@@ -157,6 +158,7 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
           for (int64_t i = 0; i < d; ++i) o[r * row + i] *= inv[r];
         }
       }
+      // (implicit barrier: kc and vc are reused by the next group)
     }
   }
 }
