@@ -79,6 +79,7 @@ int Serve() {
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  options.session_dir = absl::GetFlag(FLAGS_session_dir);
 
   auto metrics = std::make_unique<Metrics>();
   metrics->SetWeightBytes(model->weights->TotalBytes());

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <cstdio>
+
 namespace kvserve {
 namespace {
 
@@ -84,11 +86,12 @@ Metrics::Metrics()
                      .Name("kvserve_kv_cache_blocks")
                      .Help("KV cache blocks by state (used, free, shared).")
                      .Register(*registry_)),
-      sessions_(BuildGauge()
-                    .Name("kvserve_sessions")
-                    .Help("Sessions by tier (ram: KV held; tokens: history "
-                          "only, re-prefilled on next use).")
-                    .Register(*registry_)),
+      sessions_(
+          BuildGauge()
+              .Name("kvserve_sessions")
+              .Help("Sessions by tier (ram: KV held; disk: KV in a snapshot "
+                    "file; tokens: history only, re-prefilled on next use).")
+              .Register(*registry_)),
       evictions_(BuildCounter()
                      .Name("kvserve_session_evictions_total")
                      .Help("Sessions or their KV removed, by reason (ttl, "
@@ -111,7 +114,9 @@ Metrics::Metrics()
   for (const char* state : {"used", "free", "shared"}) {
     kv_blocks_.Add({{"state", state}});
   }
-  for (const char* tier : {"ram", "tokens"}) sessions_.Add({{"tier", tier}});
+  for (const char* tier : {"ram", "disk", "tokens"}) {
+    sessions_.Add({{"tier", tier}});
+  }
   for (const char* reason : {"ttl", "memory", "deleted"}) {
     evictions_.Add({{"reason", reason}});
   }
@@ -163,7 +168,13 @@ void Metrics::OnStats(const EngineStats& s) {
   kv_blocks_.Add({{"state", "free"}}).Set(s.kv_blocks_free);
   kv_blocks_.Add({{"state", "shared"}}).Set(s.kv_blocks_shared);
   sessions_.Add({{"tier", "ram"}}).Set(s.sessions_ram);
+  sessions_.Add({{"tier", "disk"}}).Set(s.sessions_disk);
   sessions_.Add({{"tier", "tokens"}}).Set(s.sessions_tokens);
+}
+
+void Metrics::OnWarning(std::string_view message) {
+  std::fprintf(stderr, "kvserve: warning: %.*s\n",
+               static_cast<int>(message.size()), message.data());
 }
 
 }  // namespace kvserve

@@ -43,6 +43,8 @@ class Metrics : public EngineObserver {
   void OnGenerated(int64_t tokens) override;
   void OnEviction(std::string_view reason) override;
   void OnStats(const EngineStats& stats) override;
+  // Printed to stderr.
+  void OnWarning(std::string_view message) override;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -3,9 +3,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/session/kv_snapshot.h"
+#include "core/session/session_dir.h"
 #include "core/text/stop_matcher.h"
 #include "core/text/utf8_stream_decoder.h"
 #include "core/util/check.h"
@@ -114,6 +117,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   engine->model_ = *std::move(model);
   engine->sessions_ = std::make_unique<SessionStore>(engine->pool_.get());
   engine->prefix_cache_ = std::make_unique<PrefixCache>(engine->pool_.get());
+  engine->snapshot_key_ =
+      KvSnapshotKey{.model_fingerprint = weights->fingerprint,
+                    .dtype = options.kv_dtype,
+                    .n_layers = c.n_layers,
+                    .n_kv_heads = c.n_kv_heads,
+                    .head_dim = c.head_dim};
+  if (!options.session_dir.empty()) {
+    auto dir = SessionDir::Open(options.session_dir);
+    if (!dir.ok()) return dir.status();
+    engine->session_dir_ = *std::move(dir);
+    for (const std::string& id : engine->session_dir_->List()) {
+      (void)engine->FindSession(id, "");
+    }
+  }
   engine->ReportStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
@@ -198,7 +215,8 @@ void Engine::Loop() {
     if (stop) break;
     const absl::Time now = absl::Now();
     if (now >= next_expiry_check_) {
-      for (int i = sessions_->ExpireIdle(now); i > 0; --i) {
+      for (const std::string& id : sessions_->ExpireIdle(now)) {
+        RemoveFiles(id);
         if (observer_) observer_->OnEviction("ttl");
       }
       next_expiry_check_ = now + absl::Seconds(1);
@@ -215,6 +233,10 @@ void Engine::Loop() {
       queue->pop_front();
     }
   }
+  // Lazily written KV snapshots are brought up to date on the way out.
+  sessions_->ForEach([this](Session& s) {
+    if (s.durable && s.kv.table.num_tokens() > 0) WriteSnapshot(s);
+  });
 }
 
 void Engine::Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
@@ -245,7 +267,7 @@ void Engine::Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
     session = sessions_->Create(p.owner, std::nullopt, now);
     session->ephemeral = true;
   } else {
-    absl::StatusOr<Session*> found = sessions_->Lookup(p.session_id, p.owner);
+    absl::StatusOr<Session*> found = FindSession(p.session_id, p.owner);
     if (!found.ok()) return fail(found.status());
     session = *found;
     if (session->busy) {
@@ -318,6 +340,7 @@ void Engine::StartWaiting() {
           s.kv.table.num_tokens() == static_cast<int64_t>(s.tokens.size())) {
         s.kv.Truncate(s.tokens.size() - 1);
       }
+      RestoreSnapshot(*seq);
       MatchPrefix(*seq);
       seq->usage.prompt_tokens = s.tokens.size();
       seq->usage.cached_prompt_tokens = s.kv.table.num_tokens();
@@ -329,6 +352,142 @@ void Engine::StartWaiting() {
     }
     running_.push_back(std::move(seq));
   }
+}
+
+std::string_view Engine::TierOf(const Session& s) {
+  if (s.kv.table.num_tokens() > 0 || s.tokens.empty()) return "ram";
+  return s.has_snapshot ? "disk" : "tokens";
+}
+
+void Engine::Warn(std::string_view message) {
+  if (observer_) observer_->OnWarning(message);
+}
+
+absl::StatusOr<Session*> Engine::FindSession(std::string_view id,
+                                             std::string_view owner) {
+  absl::StatusOr<Session*> found = sessions_->Lookup(id, owner);
+  if (found.ok() || session_dir_ == nullptr ||
+      !absl::IsNotFound(found.status())) {
+    return found;
+  }
+  // Not in memory: a session of an earlier run (or of a replica that died)
+  // whose files are in the session directory.
+  absl::StatusOr<StoredSession> stored = session_dir_->Load(id);
+  if (!stored.ok()) {
+    if (!absl::IsNotFound(stored.status()))
+      Warn(std::string(stored.status().message()));
+    return found;
+  }
+  for (int32_t t : stored->tokens) {
+    if (t < 0 || t >= config().vocab_size) {
+      Warn(
+          absl::StrFormat("session %s on disk has token %d outside this "
+                          "model's vocabulary; not loaded",
+                          id, t));
+      return found;
+    }
+  }
+  if (static_cast<int64_t>(stored->tokens.size()) > max_context_) {
+    Warn(
+        absl::StrFormat("session %s on disk is longer than --max_context", id));
+    return found;
+  }
+  Session* s = sessions_->Insert(stored->id, stored->owner, stored->ttl,
+                                 stored->create_time, absl::Now());
+  s->tokens = std::move(stored->tokens);
+  s->durable = true;
+  s->logged_tokens = s->tokens.size();
+  s->has_snapshot =
+      ReadFile(session_dir_->SnapshotPath(s->id)).status().code() !=
+      absl::StatusCode::kNotFound;
+  return sessions_->Lookup(id, owner);
+}
+
+absl::Status Engine::StartLog(Session& s) {
+  if (session_dir_ == nullptr) return absl::OkStatus();
+  s.durable = true;
+  s.logged_tokens = s.tokens.size();
+  return session_dir_->Create(StoredSession{.id = s.id,
+                                            .owner = s.owner,
+                                            .ttl = s.ttl,
+                                            .create_time = s.create_time,
+                                            .tokens = s.tokens});
+}
+
+void Engine::SyncLog(Session& s) {
+  if (!s.durable || s.logged_tokens == static_cast<int64_t>(s.tokens.size())) {
+    return;
+  }
+  const int64_t base = std::min<int64_t>(s.logged_tokens, s.tokens.size());
+  absl::Status st = session_dir_->Append(
+      s.id, base, absl::MakeConstSpan(s.tokens).subspan(base));
+  if (!st.ok()) {
+    Warn(std::string(st.message()));
+    return;
+  }
+  s.logged_tokens = s.tokens.size();
+}
+
+absl::Status Engine::TruncateLog(Session& s) {
+  if (!s.durable) return absl::OkStatus();
+  if (s.has_snapshot) {
+    // It may hold positions past the new end; it is rewritten when needed.
+    s.has_snapshot = false;
+    std::remove(session_dir_->SnapshotPath(s.id).c_str());
+  }
+  absl::Status st = session_dir_->Append(s.id, s.tokens.size(), {});
+  if (st.ok()) s.logged_tokens = s.tokens.size();
+  return st;
+}
+
+void Engine::RemoveFiles(std::string_view id) {
+  if (session_dir_ == nullptr) return;
+  if (absl::Status s = session_dir_->Remove(id); !s.ok())
+    Warn(std::string(s.message()));
+}
+
+void Engine::WriteSnapshot(Session& s) {
+  const int64_t n = s.kv.table.num_tokens();
+  absl::Status st = WriteFileAtomically(
+      session_dir_->SnapshotPath(s.id),
+      EncodeKvSnapshot(snapshot_key_,
+                       absl::MakeConstSpan(s.tokens).subspan(0, n),
+                       s.kv.table));
+  if (!st.ok()) {
+    Warn(std::string(st.message()));
+    return;
+  }
+  s.has_snapshot = true;
+}
+
+void Engine::Spill(Session& s) {
+  if (s.durable) WriteSnapshot(s);
+  s.kv.Clear();
+}
+
+void Engine::RestoreSnapshot(Sequence& seq) {
+  Session& s = *seq.session;
+  if (!s.has_snapshot || s.kv.table.num_tokens() > 0) return;
+  const std::string path = session_dir_->SnapshotPath(s.id);
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  absl::StatusOr<int64_t> n =
+      bytes.ok() ? CheckKvSnapshot(*bytes, snapshot_key_, s.tokens)
+                 : absl::StatusOr<int64_t>(bytes.status());
+  if (!n.ok()) {
+    Warn(absl::StrFormat("session %s: KV snapshot ignored, re-prefilling: %s",
+                         s.id, n.status().message()));
+    s.has_snapshot = false;
+    std::remove(path.c_str());
+    return;
+  }
+  int64_t restore = *n;
+  // A generating sequence needs the last token's logits: leave it pending.
+  if (seq.generate()) {
+    restore = std::min<int64_t>(restore, s.tokens.size() - 1);
+  }
+  if (restore <= 0 || !ReserveKv(seq, restore).ok()) return;
+  RestoreKvSnapshot(*bytes, restore, &s.kv.table);
+  prefix_cache_->Register(s.tokens, s.kv);
 }
 
 int64_t Engine::MatchPrefix(Sequence& seq) {
@@ -343,7 +502,8 @@ absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
   while (true) {
     absl::Status s = prefix_cache_->Extend(seq.session->kv, end);
     if (!absl::IsResourceExhausted(s)) return s;
-    if (sessions_->DropLeastRecentlyUsedKv()) {
+    if (Session* idle = sessions_->LeastRecentlyUsedIdleWithKv()) {
+      Spill(*idle);
       if (observer_) observer_->OnEviction("memory");
       continue;
     }
@@ -541,6 +701,7 @@ void Engine::Finish(Sequence& seq, absl::StatusOr<FinishReason> reason) {
     }
     if (!s.ephemeral) result.session_id = s.id;
   }
+  SyncLog(s);
   if (s.ephemeral) sessions_->Delete(s.id);
   seq.session = nullptr;
   TokenSink* sink = seq.call->sink();
@@ -558,8 +719,7 @@ SessionInfo Engine::Describe(const Session& s, bool include_tokens) const {
   info.num_tokens = s.tokens.size();
   info.kv_tokens = s.kv.table.num_tokens();
   info.kv_bytes = s.kv.table.num_tokens() * pool_->bytes_per_token();
-  info.tier =
-      s.kv.table.num_tokens() > 0 || s.tokens.empty() ? "ram" : "tokens";
+  info.tier = std::string(TierOf(s));
   info.create_time = s.create_time;
   info.last_used = s.last_used;
   info.ttl = s.ttl;
@@ -576,8 +736,12 @@ void Engine::ReportStats() {
   st.kv_blocks_free = pool_->num_free_blocks();
   st.kv_blocks_used = pool_->num_blocks() - st.kv_blocks_free;
   st.kv_blocks_shared = pool_->num_shared_blocks();
-  st.sessions_ram = sessions_->CountWithKv();
-  st.sessions_tokens = sessions_->size() - st.sessions_ram;
+  sessions_->ForEach([&st](const Session& s) {
+    const std::string_view tier = TierOf(s);
+    ++(tier == "ram"    ? st.sessions_ram
+       : tier == "disk" ? st.sessions_disk
+                        : st.sessions_tokens);
+  });
   st.running = running_.size();
   st.waiting = waiting_.size();
   observer_->OnStats(st);
@@ -589,6 +753,11 @@ void Engine::CreateSession(CreateSessionParams params,
   Post(
       [this, params = std::move(params), shared_done]() mutable {
         Session* s = sessions_->Create(params.owner, params.ttl, absl::Now());
+        if (absl::Status logged = StartLog(*s); !logged.ok()) {
+          sessions_->Delete(s->id);
+          std::move (*shared_done)(logged);
+          return;
+        }
         const auto* text = std::get_if<std::string>(&params.initial);
         if (text != nullptr && text->empty()) {
           std::move (*shared_done)(Describe(*s, false));
@@ -626,7 +795,7 @@ void Engine::GetSession(std::string id, std::string owner, bool include_tokens,
   auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
   Post(
       [this, id, owner, include_tokens, shared_done] {
-        absl::StatusOr<Session*> s = sessions_->Lookup(id, owner);
+        absl::StatusOr<Session*> s = FindSession(id, owner);
         if (!s.ok()) return std::move(*shared_done)(s.status());
         std::move (*shared_done)(Describe(**s, include_tokens));
       },
@@ -656,7 +825,7 @@ void Engine::DeleteSession(std::string id, std::string owner,
   auto shared_done = std::make_shared<Callback<bool>>(std::move(done));
   Post(
       [this, id, owner, shared_done] {
-        absl::StatusOr<Session*> s = sessions_->Lookup(id, owner);
+        absl::StatusOr<Session*> s = FindSession(id, owner);
         if (!s.ok()) return std::move(*shared_done)(s.status());
         if ((*s)->busy) {
           return std::move(*shared_done)(absl::FailedPreconditionError(
@@ -665,6 +834,7 @@ void Engine::DeleteSession(std::string id, std::string owner,
                               id)));
         }
         sessions_->Delete(id);
+        RemoveFiles(id);
         if (observer_) observer_->OnEviction("deleted");
         std::move (*shared_done)(true);
       },
@@ -677,13 +847,17 @@ void Engine::ForkSession(std::string id, std::string owner,
   auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
   Post(
       [this, id, owner, ttl, shared_done] {
-        absl::StatusOr<Session*> parent = sessions_->Lookup(id, owner);
+        absl::StatusOr<Session*> parent = FindSession(id, owner);
         if (!parent.ok()) return std::move(*shared_done)(parent.status());
         Session* child = sessions_->Create(
             (*parent)->owner, ttl.has_value() ? ttl : (*parent)->ttl,
             absl::Now());
         child->tokens = (*parent)->tokens;
         child->kv = (*parent)->kv.Fork();
+        if (absl::Status logged = StartLog(*child); !logged.ok()) {
+          sessions_->Delete(child->id);
+          return std::move(*shared_done)(logged);
+        }
         std::move (*shared_done)(Describe(*child, false));
       },
       [shared_done](absl::Status s) { std::move (*shared_done)(s); });
@@ -694,7 +868,7 @@ void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
   auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
   Post(
       [this, id, owner, tokens, shared_done] {
-        absl::StatusOr<Session*> found = sessions_->Lookup(id, owner);
+        absl::StatusOr<Session*> found = FindSession(id, owner);
         if (!found.ok()) return std::move(*shared_done)(found.status());
         Session& s = **found;
         if (s.busy) {
@@ -709,6 +883,9 @@ void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
                               s.tokens.size(), id, tokens)));
         }
         s.tokens.resize(tokens);
+        if (absl::Status logged = TruncateLog(s); !logged.ok()) {
+          return std::move(*shared_done)(logged);
+        }
         if (s.kv.table.num_tokens() > tokens) s.kv.Truncate(tokens);
         s.last_used = absl::Now();
         std::move (*shared_done)(Describe(s, false));

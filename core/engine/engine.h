@@ -28,6 +28,8 @@
 #include "core/kv/block_pool.h"
 #include "core/kv/prefix_cache.h"
 #include "core/model/model.h"
+#include "core/session/kv_snapshot.h"
+#include "core/session/session_dir.h"
 #include "core/session/session_store.h"
 #include "core/tokenizer/tokenizer.h"
 
@@ -43,6 +45,9 @@ struct EngineOptions {
   int max_queued_requests = 256;
   int threads = 0;  // OpenMP threads of the engine thread; 0: all cores
   int default_max_tokens = 256;
+  // Sessions' histories and KV snapshots are kept here (created if
+  // missing); empty: sessions live in memory only.
+  std::string session_dir;
 };
 
 template <typename T>
@@ -107,6 +112,21 @@ class Engine {
   // Adopts cached blocks holding the sequence's next tokens; returns how
   // many positions it adopted.
   int64_t MatchPrefix(Sequence& seq);
+  // A session in memory, or loaded from the session directory.
+  absl::StatusOr<Session*> FindSession(std::string_view id,
+                                       std::string_view owner);
+  static std::string_view TierOf(const Session& s);
+  void Warn(std::string_view message);
+  // Session files (no-ops without a session directory).
+  absl::Status StartLog(Session& s);
+  void SyncLog(Session& s);
+  absl::Status TruncateLog(Session& s);
+  void RemoveFiles(std::string_view id);
+  void WriteSnapshot(Session& s);
+  // Frees an idle session's blocks, snapshotting them first when durable.
+  void Spill(Session& s);
+  // Brings a spilled session's KV back from its snapshot, if it matches.
+  void RestoreSnapshot(Sequence& seq);
   absl::Status ReserveKv(Sequence& seq, int64_t end);
   void EmitToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
   void Finish(Sequence& seq, absl::StatusOr<FinishReason> reason);
@@ -124,6 +144,8 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<SessionStore> sessions_;
   std::unique_ptr<PrefixCache> prefix_cache_;
+  std::unique_ptr<SessionDir> session_dir_;  // null without --session_dir
+  KvSnapshotKey snapshot_key_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::deque<std::unique_ptr<Sequence>> running_;  // admission order
   absl::Time next_expiry_check_;

@@ -15,6 +15,7 @@ struct EngineStats {
   int64_t kv_blocks_free = 0;
   int64_t kv_blocks_shared = 0;
   int64_t sessions_ram = 0;     // KV held in the pool
+  int64_t sessions_disk = 0;    // KV in a snapshot file; restored on use
   int64_t sessions_tokens = 0;  // tokens only; re-prefilled on next use
   int64_t running = 0;
   int64_t waiting = 0;
@@ -33,6 +34,9 @@ class EngineObserver {
   // reason: "ttl", "memory", "deleted".
   virtual void OnEviction(std::string_view reason) = 0;
   virtual void OnStats(const EngineStats& stats) = 0;
+  // Something went wrong that no request is waiting to hear about (a
+  // session file that could not be written or read).
+  virtual void OnWarning(std::string_view message) = 0;
 };
 
 }  // namespace kvserve

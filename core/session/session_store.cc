@@ -17,10 +17,17 @@ Session* SessionStore::Create(std::string owner,
     id = absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(bitgen_),
                          absl::Uniform<uint64_t>(bitgen_));
   } while (sessions_.contains(id));
+  return Insert(std::move(id), std::move(owner), ttl, now, now);
+}
+
+Session* SessionStore::Insert(std::string id, std::string owner,
+                              std::optional<absl::Duration> ttl,
+                              absl::Time create_time, absl::Time now) {
+  if (sessions_.contains(id)) return nullptr;
   auto session = std::make_unique<Session>(id, pool_);
   session->owner = std::move(owner);
   session->ttl = ttl;
-  session->create_time = now;
+  session->create_time = create_time;
   session->last_used = now;
   Session* raw = session.get();
   sessions_.emplace(std::move(id), std::move(session));
@@ -69,7 +76,7 @@ absl::StatusOr<SessionPage> SessionStore::List(std::string_view owner,
   return page;
 }
 
-int SessionStore::ExpireIdle(absl::Time now) {
+std::vector<std::string> SessionStore::ExpireIdle(absl::Time now) {
   std::vector<std::string> expired;
   for (const auto& [id, s] : sessions_) {
     if (!s->busy && s->ttl.has_value() && now - s->last_used > *s->ttl) {
@@ -77,10 +84,10 @@ int SessionStore::ExpireIdle(absl::Time now) {
     }
   }
   for (const std::string& id : expired) sessions_.erase(id);
-  return expired.size();
+  return expired;
 }
 
-bool SessionStore::DropLeastRecentlyUsedKv() {
+Session* SessionStore::LeastRecentlyUsedIdleWithKv() {
   Session* victim = nullptr;
   for (const auto& [id, s] : sessions_) {
     if (s->busy || s->kv.table.blocks().empty()) continue;
@@ -88,17 +95,7 @@ bool SessionStore::DropLeastRecentlyUsedKv() {
       victim = s.get();
     }
   }
-  if (victim == nullptr) return false;
-  victim->kv.Clear();
-  return true;
-}
-
-int64_t SessionStore::CountWithKv() const {
-  int64_t n = 0;
-  for (const auto& [id, s] : sessions_) {
-    n += (s->kv.table.num_tokens() > 0 || s->tokens.empty()) ? 1 : 0;
-  }
-  return n;
+  return victim;
 }
 
 }  // namespace kvserve

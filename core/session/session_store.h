@@ -36,6 +36,10 @@ struct Session {
   absl::Time last_used;
   bool busy = false;       // a Generate or Append is running on it
   bool ephemeral = false;  // deleted when its only request ends
+  // With a session directory: the history is logged there.
+  bool durable = false;
+  int64_t logged_tokens = 0;  // tokens[0, logged_tokens) are in the log
+  bool has_snapshot = false;  // a KV snapshot file may hold a prefix
 };
 
 struct SessionPage {
@@ -49,6 +53,10 @@ class SessionStore {
   explicit SessionStore(BlockPool* pool);
 
   Session* Create(std::string owner, std::optional<absl::Duration> ttl,
+                  absl::Time now);
+  // A session with a known id (restored from disk); null if it exists.
+  Session* Insert(std::string id, std::string owner,
+                  std::optional<absl::Duration> ttl, absl::Time create_time,
                   absl::Time now);
 
   // NOT_FOUND for an unknown id, and for a session of another owner (so
@@ -64,17 +72,18 @@ class SessionStore {
                                    std::string_view page_token,
                                    int page_size) const;
 
-  // Deletes idle sessions whose TTL has passed; returns how many.
-  int ExpireIdle(absl::Time now);
+  // Deletes idle sessions whose TTL has passed; returns their ids.
+  std::vector<std::string> ExpireIdle(absl::Time now);
 
-  // Frees the KV of the least-recently-used idle session that has any
-  // (its tokens stay, so a later request re-prefills them). False when no
-  // idle session holds blocks.
-  bool DropLeastRecentlyUsedKv();
+  // The least-recently-used idle session holding KV blocks, or null.
+  Session* LeastRecentlyUsedIdleWithKv();
+
+  template <typename F>
+  void ForEach(F f) {
+    for (auto& [id, s] : sessions_) f(*s);
+  }
 
   int64_t size() const { return sessions_.size(); }
-  // Sessions whose KV is fully in RAM vs those holding only tokens.
-  int64_t CountWithKv() const;
 
  private:
   BlockPool* pool_;

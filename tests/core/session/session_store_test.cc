@@ -85,26 +85,26 @@ TEST_F(SessionStoreTest, ExpiresOnlyIdleSessionsPastTheirTtl) {
   Session* busy = store_->Create("", absl::Seconds(10), now_);
   busy->busy = true;
   Session* forever = store_->Create("", std::nullopt, now_);
-  EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(5)), 0);
-  EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(11)), 1);
+  EXPECT_TRUE(store_->ExpireIdle(now_ + absl::Seconds(5)).empty());
+  EXPECT_EQ(store_->ExpireIdle(now_ + absl::Seconds(11)),
+            std::vector<std::string>{short_lived});
   EXPECT_FALSE(store_->Lookup(short_lived, "").ok());
   EXPECT_TRUE(store_->Lookup(busy->id, "").ok());
   EXPECT_TRUE(store_->Lookup(forever->id, "").ok());
 }
 
-TEST_F(SessionStoreTest, DropsKvOfTheLeastRecentlyUsedIdleSession) {
+TEST_F(SessionStoreTest, FindsTheLeastRecentlyUsedIdleSessionWithKv) {
   Session* old_s = store_->Create("", std::nullopt, now_);
   Session* new_s = store_->Create("", std::nullopt, now_ + absl::Seconds(1));
   for (Session* s : {old_s, new_s}) {
     s->tokens = {1, 2, 3, 4, 5};
     ASSERT_TRUE(s->kv.table.Extend(5).ok());
   }
-  ASSERT_TRUE(store_->DropLeastRecentlyUsedKv());
-  EXPECT_EQ(old_s->kv.table.num_tokens(), 0);
-  EXPECT_EQ(old_s->tokens.size(), 5u);  // the history stays
-  EXPECT_EQ(new_s->kv.table.num_tokens(), 5);
+  EXPECT_EQ(store_->LeastRecentlyUsedIdleWithKv(), old_s);
+  old_s->kv.Clear();
+  EXPECT_EQ(store_->LeastRecentlyUsedIdleWithKv(), new_s);
   new_s->busy = true;
-  EXPECT_FALSE(store_->DropLeastRecentlyUsedKv());
+  EXPECT_EQ(store_->LeastRecentlyUsedIdleWithKv(), nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,76 @@
+// SessionDir: sessions on disk, so they survive a restart or a crash.
+//
+//   <id>.log  the token history as append-only records; each record is
+//             [u32 payload bytes][u64 XXH64 of the payload][payload]. The
+//             first record holds owner and TTL; each later one says "keep
+//             the first `base` tokens, then append these". Replay stops at
+//             the first torn or corrupt record, so a crash mid-append loses
+//             only that append. Every append is fsynced before it returns.
+//   <id>.kv   a KV snapshot (KvSnapshot), written to <id>.kv.tmp, fsynced
+//             and renamed over the old one.
+//
+// Ids are checked to be 32 lowercase hex digits before they name a file.
+// Thread-safety: not thread-safe; used by the engine thread only.
+#ifndef KVSERVE_CORE_SESSION_SESSION_DIR_H_
+#define KVSERVE_CORE_SESSION_SESSION_DIR_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace kvserve {
+
+struct StoredSession {
+  std::string id;
+  std::string owner;
+  std::optional<absl::Duration> ttl;
+  absl::Time create_time;
+  std::vector<int32_t> tokens;
+};
+
+class SessionDir {
+ public:
+  // Creates the directory (and its parents) if missing.
+  static absl::StatusOr<std::unique_ptr<SessionDir>> Open(std::string path);
+
+  static bool IsValidId(std::string_view id);
+
+  // Starts (or replaces) a session's log with its header and `tokens`.
+  absl::Status Create(const StoredSession& session);
+  // Appends "keep the first `base` tokens, then `tokens`".
+  absl::Status Append(std::string_view id, int64_t base,
+                      absl::Span<const int32_t> tokens);
+  // Deletes the log and any snapshot.
+  absl::Status Remove(std::string_view id);
+  // Replays a log. NOT_FOUND when there is none; DATA_LOSS when even its
+  // header is unreadable.
+  absl::StatusOr<StoredSession> Load(std::string_view id) const;
+  // Ids of every log in the directory.
+  std::vector<std::string> List() const;
+
+  std::string LogPath(std::string_view id) const;
+  std::string SnapshotPath(std::string_view id) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit SessionDir(std::string path) : path_(std::move(path)) {}
+  absl::Status AppendRecord(std::string_view id, const std::string& payload,
+                            bool truncate);
+  std::string path_;
+};
+
+// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, and
+// an fsync of the directory.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::string_view bytes);
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_SESSION_SESSION_DIR_H_
