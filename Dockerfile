@@ -14,13 +14,16 @@
 
 FROM debian:bookworm AS build
 ARG DEBIAN_FRONTEND=noninteractive
-# The same packages as the Makefile's DEPS (tests and benchmarks configure but
-# are not built here), plus ccache for builds that mount a compiler cache.
+# The Makefile's DEPS (tests and benchmarks configure but are not built here),
+# plus what libdnnl-dev's CMake config needs (OpenCL headers and library: only
+# recommended by the package, so --no-install-recommends leaves them out) and
+# ccache for builds that mount a compiler cache.
 RUN apt-get update -q \
  && apt-get install -y -q --no-install-recommends \
       cmake make g++ pkg-config ccache \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev libdnnl-dev prometheus-cpp-dev \
+      libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
+      prometheus-cpp-dev \
       libgtest-dev libgmock-dev libbenchmark-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -14,7 +14,8 @@ DEPS := cmake make g++ pkg-config clang-format \
 
 CXX_FILES = $(shell git ls-files '*.cc' '*.h' 2>/dev/null)
 
-.PHONY: all deps configure build run test format format-check debug asan clean
+.PHONY: all deps configure build run test format format-check debug asan clean \
+  ops-deps ops-test container-deps container-test
 
 all: build
 
@@ -40,6 +41,7 @@ run: build
 
 test: build format-check
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 --timeout 900
+	$(MAKE) --no-print-directory ops-test BUILD=$(BUILD)
 
 format:
 	clang-format -i $(CXX_FILES)
@@ -56,3 +58,44 @@ asan:
 
 clean:
 	rm -rf $(BUILD)
+
+# --- Operations: deploy/ exercised by the real tools (tests/ops/) -----------
+# Debian packages only these targets need. Services the packages would start
+# on install are held back by a policy-rc.d (the tests start their own, on
+# loopback). nodejs/npm come from Debian only when no node/npm is present.
+OPS_DEPS := prometheus nginx-light python3-yaml ca-certificates
+CONTAINER_DEPS := podman buildah runc debootstrap containernetworking-plugins \
+  uidmap iptables
+
+define install_missing
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  policy=/usr/sbin/policy-rc.d; own_policy=; \
+	  if [ ! -e $$policy ]; then \
+	    printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $$policy >/dev/null && \
+	    $(SUDO) chmod +x $$policy && own_policy=1; \
+	  fi; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    --no-install-recommends $$missing; rc=$$?; \
+	  [ -z "$$own_policy" ] || $(SUDO) rm -f $$policy; \
+	  exit $$rc; \
+	fi
+endef
+
+ops-deps:
+	$(call install_missing,$(OPS_DEPS) $(if $(shell command -v node && command -v npm),,nodejs npm))
+
+# Prometheus + promtool, the Grafana dashboard, Kubernetes manifests, nginx
+# router: `tests/ops/ops_test.sh BIN_DIR`.
+ops-test: build ops-deps
+	tests/ops/ops_test.sh $(BUILD)
+
+container-deps:
+	$(call install_missing,$(CONTAINER_DEPS))
+
+# Builds the Dockerfile with podman and runs the image (slow: .ci/run calls
+# it after `make test`).
+container-test: build container-deps
+	tests/ops/container_test.sh $(BUILD)
