@@ -135,8 +135,15 @@ void Metrics::RecordRejected(std::string_view reason) {
   rejected_.Add({{"reason", std::string(reason)}}).Increment();
 }
 
-void Metrics::RequestStarted() { requests_in_flight_.Increment(); }
-void Metrics::RequestFinished() { requests_in_flight_.Decrement(); }
+void Metrics::RequestStarted() {
+  ++in_flight_;
+  requests_in_flight_.Increment();
+}
+
+void Metrics::RequestFinished() {
+  --in_flight_;
+  requests_in_flight_.Decrement();
+}
 void Metrics::SetWeightBytes(int64_t bytes) { weight_bytes_.Set(bytes); }
 
 void Metrics::OnStep(int64_t batch_tokens, int64_t, double seconds) {

@@ -6,6 +6,7 @@
 #ifndef KVSERVE_SERVER_METRICS_H_
 #define KVSERVE_SERVER_METRICS_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,6 +32,7 @@ class Metrics : public EngineObserver {
   void RecordRejected(std::string_view reason);
   void RequestStarted();
   void RequestFinished();
+  int64_t in_flight() const { return in_flight_.load(); }
   void SetWeightBytes(int64_t bytes);
 
   // EngineObserver.
@@ -65,6 +67,7 @@ class Metrics : public EngineObserver {
   prometheus::Gauge& requests_in_flight_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Gauge& weight_bytes_;
+  std::atomic<int64_t> in_flight_{0};
 };
 
 }  // namespace kvserve

@@ -1,0 +1,134 @@
+#include "core/session/kv_snapshot.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+class KvSnapshotTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    options_ = {.n_layers = 2,
+                .n_kv_heads = 2,
+                .head_dim = 4,
+                .block_tokens = 4,
+                .dtype = GetParam(),
+                .capacity_bytes = 1 << 20};
+    pool_ = *BlockPool::Create(options_);
+    key_ = {.model_fingerprint = "abc",
+            .dtype = GetParam(),
+            .n_layers = 2,
+            .n_kv_heads = 2,
+            .head_dim = 4};
+  }
+
+  // Position p, layer l, element i of K holds Value(l, p, i) (V its negation).
+  static float Value(int l, int64_t p, int i) {
+    return std::ldexp(1.0f + i, l) + p * 0.25f;
+  }
+
+  BlockTable Filled(int64_t n) {
+    BlockTable t(pool_.get());
+    EXPECT_TRUE(t.Extend(n).ok());
+    for (int l = 0; l < 2; ++l) {
+      for (int64_t p = 0; p < n; ++p) {
+        float k[8], v[8];
+        for (int i = 0; i < 8; ++i) v[i] = -(k[i] = Value(l, p, i));
+        t.WriteKv(l, p, k, v);
+      }
+    }
+    return t;
+  }
+
+  float KeyOf(const BlockTable& t, int l, int64_t p, int i) {
+    const char* base =
+        static_cast<const char*>(pool_->KeyBlock(l, t.blocks()[p / 4]));
+    const int h = i / 4, d = i % 4;
+    const int64_t idx = (h * 4 + p % 4) * 4 + d;
+    if (GetParam() == DType::kF32) {
+      return reinterpret_cast<const float*>(base)[idx];
+    }
+    uint16_t bits = reinterpret_cast<const uint16_t*>(base)[idx];
+    uint32_t f = uint32_t{bits} << 16;
+    float out;
+    std::memcpy(&out, &f, 4);
+    return out;
+  }
+
+  BlockPoolOptions options_;
+  std::unique_ptr<BlockPool> pool_;
+  KvSnapshotKey key_;
+  std::vector<int32_t> tokens_ = {1, 5, 9, 2, 7, 7, 3};
+};
+
+TEST_P(KvSnapshotTest, RoundTripsIntoAnotherTable) {
+  BlockTable a = Filled(7);
+  const std::string bytes = EncodeKvSnapshot(key_, tokens_, a);
+  // The session has grown since: the snapshot still fits its prefix.
+  std::vector<int32_t> longer = tokens_;
+  longer.push_back(4);
+  auto n = CheckKvSnapshot(bytes, key_, longer);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 7);
+  BlockTable b(pool_.get());
+  ASSERT_TRUE(b.Extend(6).ok());
+  RestoreKvSnapshot(bytes, 6, &b);
+  for (int l = 0; l < 2; ++l) {
+    for (int64_t p = 0; p < 6; ++p) {
+      for (int i = 0; i < 8; ++i) {
+        EXPECT_EQ(KeyOf(b, l, p, i), KeyOf(a, l, p, i)) << l << " " << p;
+      }
+    }
+  }
+}
+
+TEST_P(KvSnapshotTest, RefusesAnotherModelOrDtype) {
+  const std::string bytes = EncodeKvSnapshot(key_, tokens_, Filled(7));
+  KvSnapshotKey other = key_;
+  other.model_fingerprint = "def";
+  auto n = CheckKvSnapshot(bytes, other, tokens_);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(n.status().message().find("model abc"), absl::string_view::npos);
+  other = key_;
+  other.dtype = GetParam() == DType::kF32 ? DType::kBF16 : DType::kF32;
+  EXPECT_EQ(CheckKvSnapshot(bytes, other, tokens_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(KvSnapshotTest, RefusesOtherTokens) {
+  const std::string bytes = EncodeKvSnapshot(key_, tokens_, Filled(7));
+  std::vector<int32_t> other = tokens_;
+  other[3] = 8;
+  EXPECT_EQ(CheckKvSnapshot(bytes, key_, other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckKvSnapshot(bytes, key_, absl::MakeConstSpan(tokens_).first(5))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(KvSnapshotTest, DetectsDamage) {
+  const std::string bytes = EncodeKvSnapshot(key_, tokens_, Filled(7));
+  for (size_t pos :
+       {size_t{0}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
+    std::string damaged = bytes;
+    damaged[pos] ^= 0x10;
+    EXPECT_EQ(CheckKvSnapshot(damaged, key_, tokens_).status().code(),
+              absl::StatusCode::kDataLoss)
+        << pos;
+  }
+  for (size_t len : {size_t{0}, size_t{7}, bytes.size() - 9}) {
+    EXPECT_EQ(
+        CheckKvSnapshot(bytes.substr(0, len), key_, tokens_).status().code(),
+        absl::StatusCode::kDataLoss)
+        << len;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KvSnapshotTest,
+                         ::testing::Values(DType::kF32, DType::kBF16));
+
+}  // namespace
+}  // namespace kvserve

@@ -1,0 +1,114 @@
+#include "core/session/session_dir.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+const char kId[] = "0123456789abcdef0123456789abcdef";
+
+class SessionDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvserve_session_dir_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    auto dir = SessionDir::Open(root_ + "/a/b");  // parents are created
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *std::move(dir);
+  }
+  void TearDown() override { std::system(("rm -rf " + root_).c_str()); }
+
+  StoredSession Sample() {
+    return StoredSession{.id = kId,
+                         .owner = "alice",
+                         .ttl = absl::Seconds(90),
+                         .create_time = absl::FromUnixSeconds(1234),
+                         .tokens = {1, 2, 3}};
+  }
+
+  std::string root_;
+  std::unique_ptr<SessionDir> dir_;
+};
+
+TEST_F(SessionDirTest, ReplaysAppendsAndTruncations) {
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  ASSERT_TRUE(dir_->Append(kId, 3, std::vector<int32_t>{4, 5, 6}).ok());
+  ASSERT_TRUE(dir_->Append(kId, 4, {}).ok());  // truncate to 4
+  ASSERT_TRUE(dir_->Append(kId, 4, std::vector<int32_t>{7}).ok());
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4, 7}));
+  EXPECT_EQ(s->owner, "alice");
+  EXPECT_EQ(s->ttl, absl::Seconds(90));
+  EXPECT_EQ(s->create_time, absl::FromUnixSeconds(1234));
+  EXPECT_EQ(dir_->List(), std::vector<std::string>{kId});
+}
+
+TEST_F(SessionDirTest, ATornLastRecordIsIgnored) {
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  ASSERT_TRUE(dir_->Append(kId, 3, std::vector<int32_t>{4, 5}).ok());
+  struct stat st;
+  ASSERT_EQ(stat(dir_->LogPath(kId).c_str(), &st), 0);
+  ASSERT_TRUE(dir_->Append(kId, 5, std::vector<int32_t>{6, 7, 8}).ok());
+  // Cut the last record in half, as a crash mid-write would.
+  ASSERT_EQ(truncate(dir_->LogPath(kId).c_str(), st.st_size + 10), 0);
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+}
+
+TEST_F(SessionDirTest, ACorruptRecordEndsTheReplay) {
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  struct stat st;
+  ASSERT_EQ(stat(dir_->LogPath(kId).c_str(), &st), 0);
+  ASSERT_TRUE(dir_->Append(kId, 3, std::vector<int32_t>{4}).ok());
+  {
+    std::fstream f(dir_->LogPath(kId),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(st.st_size + 14);
+    f.put('\x7f');
+  }
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST_F(SessionDirTest, AnUnreadableHeaderIsDataLoss) {
+  std::ofstream(dir_->LogPath(kId)) << "garbage that is long enough";
+  EXPECT_EQ(dir_->Load(kId).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(SessionDirTest, RejectsIdsThatAreNotSessionIds) {
+  EXPECT_FALSE(SessionDir::IsValidId("../../etc/passwd"));
+  EXPECT_FALSE(SessionDir::IsValidId("0123456789ABCDEF0123456789abcdef"));
+  EXPECT_EQ(dir_->Load("../x").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(dir_->Append("../x", 0, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SessionDirTest, RemoveDeletesLogAndSnapshot) {
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir_->SnapshotPath(kId), "x").ok());
+  ASSERT_TRUE(dir_->Remove(kId).ok());
+  EXPECT_EQ(dir_->Load(kId).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadFile(dir_->SnapshotPath(kId)).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(dir_->List().empty());
+}
+
+TEST_F(SessionDirTest, AFileInTheWayIsAClearError) {
+  std::ofstream(root_ + "/file") << "x";
+  auto dir = SessionDir::Open(root_ + "/file");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("/file"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace kvserve
