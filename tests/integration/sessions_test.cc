@@ -319,7 +319,11 @@ TEST_F(SessionsTest, AFullQueueIsResourceExhaustedNamingTheLimit) {
   start_one();  // runs
   while (tokens == 0) absl::SleepFor(absl::Milliseconds(1));
   start_one();  // waits in the queue
-  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (s.Metric("kvserve_requests_in_flight") < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
   v1::GenerateRequest r = GreedyRequest(4);
   r.mutable_prompt()->set_text(kPrompt);
   auto third = GenerateAll(*s.client, r);
