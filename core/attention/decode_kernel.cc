@@ -410,28 +410,27 @@ inline DecodeKernel Select(int head_dim) {
 }  // namespace avx512bf16
 #pragma GCC pop_options
 
-static bool HasAvx512Bf16() {
-  __builtin_cpu_init();
-  return BestIsa() == Isa::kAvx512 && __builtin_cpu_supports("avx512bf16");
-}
-
 Isa BestIsa() {
   static const Isa best = [] {
-    Isa isa = Isa::kScalar;
     __builtin_cpu_init();
+    Isa isa = Isa::kScalar;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       isa = Isa::kAvx2;
     }
-    if (__builtin_cpu_supports("avx512f") &&
+    if (isa == Isa::kAvx2 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq")) {
       isa = Isa::kAvx512;
+      if (__builtin_cpu_supports("avx512bf16")) isa = Isa::kAvx512Bf16;
     }
     if (const char* cap = std::getenv("KVSERVE_ISA")) {
       const std::string_view c(cap);
-      if (c == "scalar") isa = Isa::kScalar;
-      if (c == "avx2" && isa == Isa::kAvx512) isa = Isa::kAvx2;
+      const Isa limit = c == "scalar"   ? Isa::kScalar
+                        : c == "avx2"   ? Isa::kAvx2
+                        : c == "avx512" ? Isa::kAvx512
+                                        : Isa::kAvx512Bf16;
+      isa = std::min(isa, limit);
     }
     return isa;
   }();
@@ -440,6 +439,8 @@ Isa BestIsa() {
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx2:
@@ -452,12 +453,11 @@ std::string_view IsaName(Isa isa) {
 
 DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim) {
   DecodeKernel k = nullptr;
-  if (isa == Isa::kAvx512 && dtype == DType::kBF16 && HasAvx512Bf16() &&
-      std::getenv("KVSERVE_NO_DPBF16") == nullptr) {
+  if (isa == Isa::kAvx512Bf16 && dtype == DType::kBF16) {
     k = avx512bf16::Select(head_dim);
   }
-  if (k == nullptr && isa == Isa::kAvx512) k = avx512::Select(dtype, head_dim);
-  if (k == nullptr && isa != Isa::kScalar) k = avx2::Select(dtype, head_dim);
+  if (k == nullptr && isa >= Isa::kAvx512) k = avx512::Select(dtype, head_dim);
+  if (k == nullptr && isa >= Isa::kAvx2) k = avx2::Select(dtype, head_dim);
   if (k != nullptr) return k;
   return dtype == DType::kF32 ? &DecodeBlocksScalar<float>
                               : &DecodeBlocksScalar<uint16_t>;
@@ -480,6 +480,7 @@ float Exp2SumScalar(float* s, int n, float m) {
 
 RowOps SelectRowOps(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512:
       return RowOps{&avx512::MaxOf, &avx512::Exp2Sum};
     case Isa::kAvx2:

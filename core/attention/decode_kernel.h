@@ -49,8 +49,10 @@ int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens);
 // Computes the state from scratch (it is not accumulated into).
 using DecodeKernel = void (*)(const DecodeArgs& args, PartialState out);
 
-enum class Isa { kScalar, kAvx2, kAvx512 };
-// The best ISA this CPU supports (KVSERVE_ISA=scalar|avx2|avx512 caps it).
+// kAvx512Bf16 adds AVX512_BF16 dot products for bf16 caches.
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+// The best ISA this CPU supports; the environment variable
+// KVSERVE_ISA=scalar|avx2|avx512 caps it (for tests and benchmarks).
 Isa BestIsa();
 std::string_view IsaName(Isa isa);
 // The fastest kernel for the shape on `isa`.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numbers>
 #include <utility>
 #include <vector>
@@ -26,7 +25,7 @@ using attention_internal::PartialState;
 // that every thread gets several runs, but no run is shorter than this many
 // positions (shorter runs cost more in combining than they gain).
 constexpr int64_t kMinRunTokens = 256;
-constexpr int kRunsPerThread = 4;
+constexpr int kRunsPerThread = 8;
 // Prefill chunks of at least this many queries go through oneDNN matmuls;
 // shorter ones through the fused decode kernel, row by row.
 constexpr int64_t kMinOneDnnPrefill = 16;
@@ -55,7 +54,6 @@ struct GqaAttention::Impl {
   AttentionPath prefill_path;
   float q_scale;  // log2(e) / sqrt(head_dim): scores in log2 units
   DecodeKernel kernel;
-  int prefetch_tokens = 32;
   std::unique_ptr<attention_internal::OneDnnAttention> onednn;
 
   // Reused across calls (the instance is used by one thread at a time).
@@ -147,7 +145,6 @@ void GqaAttention::Impl::RunDecode(int layer, absl::Span<const SeqKv> seqs,
     args.q = qs;
     args.block_stride = BlockStride();
     args.scratch = scratch + group_floats;
-    args.prefetch_tokens = prefetch_tokens;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t r = 0; r < n_runs; ++r) {
       const Run& run = runs[r];
@@ -251,9 +248,6 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
       attention_internal::BestIsa(), po.dtype, po.head_dim);
   impl->onednn = std::make_unique<attention_internal::OneDnnAttention>(
       pool, options.n_heads);
-  if (const char* pf = std::getenv("KVSERVE_PF_TOKENS")) {
-    impl->prefetch_tokens = std::atoi(pf);
-  }
   return std::unique_ptr<GqaAttention>(new GqaAttention(std::move(impl)));
 }
 

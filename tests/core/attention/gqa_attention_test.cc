@@ -89,13 +89,13 @@ class Cache {
     BlockTable& t = tables_[seq];
     const int64_t from = t.num_tokens();
     ASSERT_TRUE(t.Extend(len).ok());
-    std::normal_distribution<float> normal;
+    std::uniform_real_distribution<float> uniform(-1.7f, 1.7f);  // var ~1
     std::vector<float> k(kv_dim()), v(kv_dim());
     for (int64_t pos = from; pos < len; ++pos) {
       for (int layer = 0; layer < kLayers; ++layer) {
         for (int i = 0; i < kv_dim(); ++i) {
-          k[i] = normal(rng_);
-          v[i] = normal(rng_);
+          k[i] = uniform(rng_);
+          v[i] = uniform(rng_);
         }
         if (layer == kLayer) {
           for (int i = 0; i < kv_dim(); ++i) {
@@ -308,6 +308,41 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionPath::kFused,
                                          AttentionPath::kOneDnn)),
     ParamName);
+
+// Odd and large block sizes: tiles and stretches that straddle blocks.
+TEST(GqaAttentionTest, BlockSizes) {
+  for (int bt : {1, 7, 48, 128}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (AttentionPath path :
+           {AttentionPath::kFused, AttentionPath::kOneDnn}) {
+        const Shape shape{8, 2, 64, bt, dtype};
+        Cache cache(shape, 4000, 5 + bt);
+        auto attention = MakeAttention(cache.pool(), shape, path);
+        std::vector<std::pair<int, int64_t>> batch;
+        for (int64_t len :
+             {int64_t{1}, int64_t{bt} + 1, int64_t{2} * bt, int64_t{1000}}) {
+          batch.push_back({cache.Add(len), len});
+        }
+        CheckDecode(cache, *attention, shape, batch);
+        // Prefill of the last 37 positions of the longest sequence.
+        const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+        std::vector<float> q = cache.Random(37 * row);
+        std::vector<float> out(q.size(), kNaN);
+        attention->GqaPrefill(kLayer, cache.View(batch.back().first, 1000), 963,
+                              37, q.data(), out.data());
+        ErrorNorm err;
+        for (int64_t i = 0; i < 37; ++i) {
+          for (int h = 0; h < shape.n_heads; ++h) {
+            const int64_t at = i * row + int64_t{h} * shape.head_dim;
+            err.Add(&out[at],
+                    cache.Reference(batch.back().first, 964 + i, h, &q[at]));
+          }
+        }
+        EXPECT_LT(err.Relative(), Tolerance(dtype)) << Name(shape);
+      }
+    }
+  }
+}
 
 TEST(GqaAttentionTest, RejectsHeadsNotAMultipleOfKvHeads) {
   Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);
