@@ -5,9 +5,10 @@
 #   tests/ops/container_test.sh [BIN_DIR]      (BIN_DIR: where kvctl is; build/)
 #
 # 1. Base images: `debootstrap --variant=minbase bookworm` piped into
-#    `podman import`, tagged as the Dockerfile's FROM lines (debian:bookworm,
-#    debian:bookworm-slim: the same minbase rootfs). Cached in podman's store
-#    while younger than KVSERVE_BASE_MAX_AGE_DAYS (7); set it to 0 to rebuild.
+#    `podman import`, tagged as the Dockerfile's FROM lines: debian:bookworm,
+#    and debian:bookworm-slim (the same rootfs without docs, manuals and
+#    locales). Cached in podman's store while younger than
+#    KVSERVE_BASE_MAX_AGE_DAYS (7); set it to 0 to rebuild.
 # 2. podman build --runtime runc --pull=never (docker format, so HEALTHCHECK is
 #    kept), with a compiler cache volume in /var/cache/kvserve-container-ccache.
 # 3. Checks the image's metadata (non-root user, ports, healthcheck, entrypoint).
@@ -76,7 +77,23 @@ else
   tar --numeric-owner -C "$rootfs" -c . |
     podman import --quiet --change "LABEL $BASE_LABEL=$(date +%s)" \
       --change 'CMD ["/bin/bash"]' - docker.io/library/debian:bookworm >/dev/null
-  podman tag docker.io/library/debian:bookworm docker.io/library/debian:bookworm-slim
+  # bookworm-slim: the same rootfs without documentation, manuals and
+  # locales, and with dpkg told to leave them out of later installs (what
+  # Debian's official slim images do).
+  rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* \
+    "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
+  cat >"$rootfs/etc/dpkg/dpkg.cfg.d/slim" <<'DPKG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/info/*
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/locale/*
+DPKG
+  tar --numeric-owner -C "$rootfs" -c . |
+    podman import --quiet --change "LABEL $BASE_LABEL=$(date +%s)" \
+      --change 'CMD ["/bin/bash"]' - docker.io/library/debian:bookworm-slim >/dev/null
   rm -rf "$rootfs"
   ops_log "base images: imported ($(elapsed))"
 fi
@@ -123,6 +140,10 @@ if ! build_image; then
   fi
 fi
 grep -m1 '^runtime packages:' "$OPS_TMP/build.log" >&2 || true
+# Untagged images from our base images older than a week (earlier builds'
+# layers): gone, so the store does not grow run after run. Younger ones stay:
+# they are the layer cache (the build stage's apt layer above all).
+podman image prune -f --filter "label=$BASE_LABEL" --filter until=168h >/dev/null 2>&1 || true
 ops_log "built $IMAGE ($(elapsed))"
 
 # --- 3. image metadata --------------------------------------------------------
@@ -137,7 +158,7 @@ if not user or user.split(":")[0] in ("0", "root"):
     problems.append(f"runs as root (User={user!r})")
 if set(cfg.get("ExposedPorts", {})) != {"50051/tcp", "9464/tcp"}:
     problems.append(f"ExposedPorts {sorted(cfg.get('ExposedPorts', {}))}")
-hc = cfg.get("Healthcheck") or img.get("HealthCheck") or {}
+hc = cfg.get("Healthcheck") or img.get("Healthcheck") or {}
 test = hc.get("Test") or []
 if not any("kvctl" in t for t in test) or "health" not in test:
     problems.append(f"HEALTHCHECK {test}")
