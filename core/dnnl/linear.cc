@@ -1,8 +1,10 @@
 #include "core/dnnl/linear.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/dnnl/context.h"
+#include "core/util/check.h"
 
 namespace kvserve {
 namespace {
@@ -11,6 +13,23 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 dt DnnlType(DType t) { return t == DType::kF32 ? dt::f32 : dt::bf16; }
+
+dnnl::matmul::primitive_desc MatmulDesc(int64_t m, int64_t k, int64_t n,
+                                        DType dtype,
+                                        const dnnl::memory::desc& weights) {
+  const dnnl::memory::desc src({m, k}, DnnlType(dtype), tag::ab);
+  const dnnl::memory::desc dst({m, n}, dt::f32, tag::ab);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst),
+                                      DnnlEngine());
+}
+
+dnnl::memory Reordered(dnnl::memory from, const dnnl::memory::desc& layout) {
+  dnnl::memory to(layout, DnnlEngine());
+  dnnl::stream& stream = DnnlStream();
+  dnnl::reorder(from, to).execute(stream, from, to);
+  stream.wait();
+  return to;
+}
 
 }  // namespace
 
@@ -30,33 +49,100 @@ float Bf16ToF32(uint16_t h) {
 }
 
 void ConvertF32ToBf16(const float* src, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
+  // F32ToBf16 without a branch, so that the loop vectorises.
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[i], sizeof bits);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t nan = (bits >> 16) | 0x40;
+    dst[i] = static_cast<uint16_t>(
+        (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
 }
 
-Linear::Linear(const WeightTensor& weight) : weight_(weight) {
-  // W [n][k] row-major is the matmul's weights [k][n] with strides {1, k}.
-  dnnl::memory::desc md({weight_.cols, weight_.rows}, DnnlType(weight_.dtype),
-                        tag::ba);
-  weight_mem_ = dnnl::memory(md, DnnlEngine(), const_cast<void*>(weight_.data));
+Linear::Linear(const WeightTensor& weight)
+    : Linear(absl::Span<const WeightTensor>(&weight, 1)) {}
+
+Linear::Linear(absl::Span<const WeightTensor> weights) {
+  KVSERVE_CHECK(!weights.empty());
+  dtype_ = weights[0].dtype;
+  k_ = weights[0].cols;
+  for (const WeightTensor& w : weights) {
+    KVSERVE_CHECK(w.cols == k_ && w.rows > 0);
+    if (w.dtype != dtype_) dtype_ = DType::kF32;  // mixed: stacked in f32
+    n_ += w.rows;
+  }
+  // W [n][k] row-major is the matmul's weights [k][n] with strides {1, k};
+  // several tensors are stacked along n into a temporary first.
+  std::vector<uint8_t> stacked;
+  const void* source = weights[0].data;
+  if (weights.size() > 1) {
+    stacked.resize(n_ * k_ * DTypeSize(dtype_));
+    uint8_t* out = stacked.data();
+    for (const WeightTensor& w : weights) {
+      if (w.dtype == dtype_) {
+        std::memcpy(out, w.data, w.bytes());
+      } else {
+        const uint16_t* in = static_cast<const uint16_t*>(w.data);
+        float* f = reinterpret_cast<float*>(out);
+        for (int64_t i = 0; i < w.rows * w.cols; ++i) f[i] = Bf16ToF32(in[i]);
+      }
+      out += w.rows * w.cols * DTypeSize(dtype_);
+    }
+    source = stacked.data();
+  }
+  const dnnl::memory::desc plain({k_, n_}, DnnlType(dtype_), tag::ba);
+  dnnl::memory plain_mem(plain, DnnlEngine(), const_cast<void*>(source));
+
+  // The layout oneDNN wants for m = 1 (decode, where the weights' read time
+  // is the step time).
+  dnnl::memory::desc wanted = plain;
+  try {
+    const dnnl::memory::desc any({k_, n_}, DnnlType(dtype_), tag::any);
+    wanted = MatmulDesc(1, k_, n_, dtype_, any).weights_desc();
+  } catch (const dnnl::error&) {
+    // No implementation takes a free layout: keep the plain one.
+  }
+  if (wanted == plain && stacked.empty()) {
+    weights_ = plain_mem;
+  } else {
+    weights_ = Reordered(plain_mem, wanted);
+  }
 }
 
 Linear::Cached& Linear::PrimitiveFor(int64_t m) {
   auto it = cache_.find(m);
   if (it != cache_.end()) return it->second;
-  dnnl::memory::desc src_md({m, weight_.cols}, DnnlType(weight_.dtype),
-                            tag::ab);
-  dnnl::memory::desc dst_md({m, weight_.rows}, dt::f32, tag::ab);
-  dnnl::matmul::desc desc(src_md, weight_mem_.get_desc(), dst_md);
-  dnnl::matmul::primitive_desc pd(desc, DnnlEngine());
-  return cache_.emplace(m, Cached{dnnl::matmul(pd), src_md, dst_md})
+  dnnl::matmul::primitive_desc pd;
+  dnnl::memory weights = weights_;
+  try {
+    pd = MatmulDesc(m, k_, n_, dtype_, weights_.get_desc());
+  } catch (const dnnl::error&) {
+    // This m wants another layout: keep one copy per such layout.
+    const dnnl::memory::desc any({k_, n_}, DnnlType(dtype_), tag::any);
+    pd = MatmulDesc(m, k_, n_, dtype_, any);
+    const dnnl::memory::desc layout = pd.weights_desc();
+    auto found = std::find_if(
+        other_layouts_.begin(), other_layouts_.end(),
+        [&](const dnnl::memory& w) { return w.get_desc() == layout; });
+    if (found != other_layouts_.end()) {
+      weights = *found;
+    } else {
+      weights = Reordered(weights_, layout);
+      other_layouts_.push_back(weights);
+    }
+  }
+  return cache_
+      .emplace(m, Cached{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(),
+                         std::move(weights)})
       .first->second;
 }
 
 void Linear::Forward(const float* x, int64_t m, float* y) {
   Cached& c = PrimitiveFor(m);
   const void* src = x;
-  if (weight_.dtype == DType::kBF16) {
-    const int64_t n = m * weight_.cols;
+  if (dtype_ == DType::kBF16) {
+    const int64_t n = m * k_;
     if (static_cast<int64_t>(x_bf16_.size()) < n) x_bf16_.resize(n);
     ConvertF32ToBf16(x, n, x_bf16_.data());
     src = x_bf16_.data();
@@ -65,7 +151,7 @@ void Linear::Forward(const float* x, int64_t m, float* y) {
   dnnl::memory dst_mem(c.dst_md, DnnlEngine(), y);
   dnnl::stream& stream = DnnlStream();
   c.primitive.execute(stream, {{DNNL_ARG_SRC, src_mem},
-                               {DNNL_ARG_WEIGHTS, weight_mem_},
+                               {DNNL_ARG_WEIGHTS, c.weights},
                                {DNNL_ARG_DST, dst_mem}});
   stream.wait();
 }

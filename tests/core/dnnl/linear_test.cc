@@ -1,0 +1,190 @@
+// Linear (single and fused weights, f32 and bf16) against a plain
+// double-precision y = x Wᵀ, for row counts that hit oneDNN's tails.
+#include "core/dnnl/linear.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+// A [rows][cols] matrix of `dtype` with values ~ U(-1, 1) / sqrt(cols).
+struct Matrix {
+  Matrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    values.resize(rows * cols);
+    for (float& v : values) v = u(rng) * scale;
+    tensor.dtype = dtype;
+    tensor.rows = rows;
+    tensor.cols = cols;
+    if (dtype == DType::kBF16) {
+      bf16.resize(values.size());
+      ConvertF32ToBf16(values.data(), values.size(), bf16.data());
+      // The reference sees the weights as stored.
+      for (size_t i = 0; i < values.size(); ++i) values[i] = Bf16ToF32(bf16[i]);
+      tensor.data = bf16.data();
+    } else {
+      tensor.data = values.data();
+    }
+  }
+  std::vector<float> values;
+  std::vector<uint16_t> bf16;
+  WeightTensor tensor;
+};
+
+std::vector<float> RandomInput(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = g(rng);
+  return x;
+}
+
+// Checks y [m][n] against x Wᵀ in double, with W = the matrices stacked
+// along n. bf16 weights see x rounded to bf16, as Linear computes.
+void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
+                   const std::vector<float>& x, int64_t m, int64_t k,
+                   const std::vector<float>& y) {
+  int64_t n = 0;
+  for (const Matrix* w : ws) n += w->tensor.rows;
+  int bad = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    int64_t col = 0;
+    for (const Matrix* w : ws) {
+      for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          double xv = x[r * k + i];
+          if (dtype == DType::kBF16) xv = Bf16ToF32(F32ToBf16(x[r * k + i]));
+          const double p = xv * w->values[j * k + i];
+          ref += p;
+          mag += std::abs(p);
+        }
+        // f32 accumulation of k products of this magnitude.
+        const double tol =
+            1e-6 + 4e-6 * std::sqrt(static_cast<double>(k)) * mag;
+        const double got = y[r * n + col];
+        if (!(std::abs(got - ref) <= tol) && ++bad <= 5) {
+          ADD_FAILURE() << "y[" << r << "][" << col << "] = " << got
+                        << ", reference " << ref << " (tolerance " << tol
+                        << ")";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << m * n << " outputs";
+}
+
+struct Case {
+  DType dtype;
+  int64_t n, k;
+};
+
+class LinearTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LinearTest, MatchesDoubleReferenceForEveryRowCount) {
+  const Case c = GetParam();
+  Matrix w(c.dtype, c.n, c.k, 7);
+  Linear linear(w.tensor);
+  EXPECT_EQ(linear.in_features(), c.k);
+  EXPECT_EQ(linear.out_features(), c.n);
+  // Each m twice, interleaved, so cached primitives are reused.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t m : {1, 3, 64, 513}) {
+      SCOPED_TRACE(testing::Message() << "m=" << m << " pass " << pass);
+      const std::vector<float> x = RandomInput(m, c.k, 100 + m + pass);
+      std::vector<float> y(m * c.n, std::numeric_limits<float>::quiet_NaN());
+      linear.Forward(x.data(), m, y.data());
+      ExpectMatches({&w}, c.dtype, x, m, c.k, y);
+    }
+  }
+}
+
+TEST_P(LinearTest, FusedWeightsGiveEachMatrixsOutputSideBySide) {
+  const Case c = GetParam();
+  Matrix a(c.dtype, c.n, c.k, 1), b(c.dtype, 5, c.k, 2),
+      d(c.dtype, c.n + 17, c.k, 3);
+  const std::vector<WeightTensor> parts = {a.tensor, b.tensor, d.tensor};
+  Linear linear(parts);
+  EXPECT_EQ(linear.out_features(), 2 * c.n + 22);
+  // The stacked copy is Linear's own: the sources may go away.
+  a.values.assign(a.values.size(), 0.0f);
+  for (int64_t m : {1, 3, 64, 513}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m);
+    const std::vector<float> x = RandomInput(m, c.k, 200 + m);
+    std::vector<float> y(m * linear.out_features(),
+                         std::numeric_limits<float>::quiet_NaN());
+    linear.Forward(x.data(), m, y.data());
+    Matrix a_again(c.dtype, c.n, c.k, 1);
+    ExpectMatches({&a_again, &b, &d}, c.dtype, x, m, c.k, y);
+  }
+}
+
+TEST(LinearMixedTest, MixedDtypesAreStackedInF32) {
+  Matrix a(DType::kF32, 33, 65, 4), b(DType::kBF16, 31, 65, 5);
+  const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
+  Linear linear(parts);
+  EXPECT_EQ(linear.dtype(), DType::kF32);
+  for (int64_t m : {1, 3, 64, 513}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m);
+    const std::vector<float> x = RandomInput(m, 65, 300 + m);
+    std::vector<float> y(m * 64, std::numeric_limits<float>::quiet_NaN());
+    linear.Forward(x.data(), m, y.data());
+    // b's values are its bf16 weights widened; x stays f32.
+    ExpectMatches({&a, &b}, DType::kF32, x, m, 65, y);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearTest,
+    ::testing::Values(Case{DType::kF32, 37, 29}, Case{DType::kF32, 259, 1001},
+                      Case{DType::kF32, 1, 7}, Case{DType::kBF16, 37, 29},
+                      Case{DType::kBF16, 259, 1001}, Case{DType::kBF16, 1, 7}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::string(DTypeName(info.param.dtype)) + "_n" +
+             std::to_string(info.param.n) + "_k" + std::to_string(info.param.k);
+    });
+
+TEST(ConvertF32ToBf16Test, MatchesScalarRoundingIncludingSpecialValues) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.00390625f,   // exactly halfway, even below
+                          1.01171875f,   // exactly halfway, odd below
+                          1.0f + 1e-7f,  // not representable
+                          3.4e38f,       // rounds to infinity
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::denorm_min(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::signaling_NaN()};
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    x.push_back(f);
+  }
+  std::vector<uint16_t> out(x.size());
+  ConvertF32ToBf16(x.data(), x.size(), out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(out[i], F32ToBf16(x[i])) << "x[" << i << "] = " << x[i];
+  }
+  EXPECT_EQ(F32ToBf16(1.00390625f), 0x3f80);  // ties to even: down
+  EXPECT_EQ(F32ToBf16(1.01171875f), 0x3f82);  // ties to even: up
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(x[10]))));
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(x[11]))));
+}
+
+}  // namespace
+}  // namespace kvserve
