@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define KVSERVE_CHECK(cond)                                            \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,      \
-                   __LINE__, #cond);                                   \
-      std::abort();                                                    \
-    }                                                                  \
+#define KVSERVE_CHECK(cond)                                                 \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                   #cond);                                                  \
+      std::abort();                                                         \
+    }                                                                       \
   } while (0)
 
 #endif  // KVSERVE_CORE_UTIL_CHECK_H_
