@@ -86,12 +86,18 @@ Metrics::Metrics()
                      .Name("kvserve_kv_cache_blocks")
                      .Help("KV cache blocks by state (used, free, shared).")
                      .Register(*registry_)),
+      kv_blocks_used_(kv_blocks_.Add({{"state", "used"}})),
+      kv_blocks_free_(kv_blocks_.Add({{"state", "free"}})),
+      kv_blocks_shared_(kv_blocks_.Add({{"state", "shared"}})),
       sessions_(
           BuildGauge()
               .Name("kvserve_sessions")
               .Help("Sessions by tier (ram: KV held; disk: KV in a snapshot "
                     "file; tokens: history only, re-prefilled on next use).")
               .Register(*registry_)),
+      sessions_ram_(sessions_.Add({{"tier", "ram"}})),
+      sessions_disk_(sessions_.Add({{"tier", "disk"}})),
+      sessions_tokens_(sessions_.Add({{"tier", "tokens"}})),
       evictions_(BuildCounter()
                      .Name("kvserve_session_evictions_total")
                      .Help("Sessions or their KV removed, by reason (ttl, "
@@ -111,12 +117,6 @@ Metrics::Metrics()
                         .Help("Bytes of the served model's weights.")
                         .Register(*registry_)
                         .Add({})) {
-  for (const char* state : {"used", "free", "shared"}) {
-    kv_blocks_.Add({{"state", state}});
-  }
-  for (const char* tier : {"ram", "disk", "tokens"}) {
-    sessions_.Add({{"tier", tier}});
-  }
   for (const char* reason : {"ttl", "memory", "deleted"}) {
     evictions_.Add({{"reason", reason}});
   }
@@ -171,12 +171,12 @@ void Metrics::OnEviction(std::string_view reason) {
 void Metrics::OnStats(const EngineStats& s) {
   kv_used_bytes_.Set(s.kv_used_bytes);
   kv_capacity_bytes_.Set(s.kv_capacity_bytes);
-  kv_blocks_.Add({{"state", "used"}}).Set(s.kv_blocks_used);
-  kv_blocks_.Add({{"state", "free"}}).Set(s.kv_blocks_free);
-  kv_blocks_.Add({{"state", "shared"}}).Set(s.kv_blocks_shared);
-  sessions_.Add({{"tier", "ram"}}).Set(s.sessions_ram);
-  sessions_.Add({{"tier", "disk"}}).Set(s.sessions_disk);
-  sessions_.Add({{"tier", "tokens"}}).Set(s.sessions_tokens);
+  kv_blocks_used_.Set(s.kv_blocks_used);
+  kv_blocks_free_.Set(s.kv_blocks_free);
+  kv_blocks_shared_.Set(s.kv_blocks_shared);
+  sessions_ram_.Set(s.sessions_ram);
+  sessions_disk_.Set(s.sessions_disk);
+  sessions_tokens_.Set(s.sessions_tokens);
 }
 
 void Metrics::OnWarning(std::string_view message) {

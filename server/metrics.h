@@ -62,7 +62,13 @@ class Metrics : public EngineObserver {
   prometheus::Gauge& kv_used_bytes_;
   prometheus::Gauge& kv_capacity_bytes_;
   prometheus::Family<prometheus::Gauge>& kv_blocks_;
+  prometheus::Gauge& kv_blocks_used_;
+  prometheus::Gauge& kv_blocks_free_;
+  prometheus::Gauge& kv_blocks_shared_;
   prometheus::Family<prometheus::Gauge>& sessions_;
+  prometheus::Gauge& sessions_ram_;
+  prometheus::Gauge& sessions_disk_;
+  prometheus::Gauge& sessions_tokens_;
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Gauge& requests_in_flight_;
   prometheus::Family<prometheus::Counter>& rejected_;

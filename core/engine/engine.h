@@ -149,6 +149,7 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::deque<std::unique_ptr<Sequence>> running_;  // admission order
   absl::Time next_expiry_check_;
+  absl::Time next_stats_;
 
   absl::Mutex mu_;
   std::deque<absl::AnyInvocable<void() &&>> commands_ ABSL_GUARDED_BY(mu_);
