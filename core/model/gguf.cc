@@ -431,15 +431,18 @@ absl::StatusOr<GgufFile> GgufFile::Parse(
   // tensor info at least 8 (name length) + 4 + 4 + 8.
   if (n_kv > r.remaining() / 13) {
     return r.Error("header",
-                   absl::StrFormat("metadata count %d at byte offset 16 "
-                                   "exceeds what the %d-byte file can hold",
-                                   n_kv, g.file_->size()));
+                   absl::StrFormat("metadata count %d at byte offset 16 needs "
+                                   "at least 13 bytes each but only %d follow "
+                                   "(file truncated or count corrupt)",
+                                   n_kv, r.remaining()));
   }
   if (n_tensors > r.remaining() / 24) {
     return r.Error("header",
-                   absl::StrFormat("tensor count %d at byte offset 8 exceeds "
-                                   "what the %d-byte file can hold",
-                                   n_tensors, g.file_->size()));
+                   absl::StrFormat("tensor count %d at byte offset 8 needs at "
+                                   "least 24 bytes each for tensor infos but "
+                                   "only %d follow (file truncated or count "
+                                   "corrupt)",
+                                   n_tensors, r.remaining()));
   }
 
   g.keys_.reserve(n_kv);
