@@ -1,0 +1,50 @@
+// A Llama-architecture GGUF with deterministic random weights, for benchmarks
+// and tests that need a model of a given size without downloads (the model
+// maker, tools/kvmodel.cc). The file follows llama.cpp's conventions
+// (general.*, llama.*, tokenizer.ggml.* keys; token_embd/blk.N.*/output
+// tensor names; 1-D norms in F32), so other GGUF readers accept it.
+//
+// Weights: token_embd ~ U with std 1; every projection W[rows][cols] ~ U with
+// std 1/sqrt(cols) (wo and ffn_down further scaled by 1/sqrt(2 n_layers)), so
+// activations stay O(1) at any size; norms are 1. Each tensor's values depend
+// only on (seed, tensor name, index): the same for every dtype, rounded.
+#ifndef KVSERVE_CORE_MODEL_GGUF_RANDOM_MODEL_H_
+#define KVSERVE_CORE_MODEL_GGUF_RANDOM_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/model/gguf_writer.h"
+
+namespace kvserve {
+
+struct RandomModelOptions {
+  int n_layers = 2;
+  int dim = 64;
+  int n_heads = 4;
+  int n_kv_heads = 2;
+  int hidden_dim = 172;
+  int context_length = 512;
+  // Tensor type of the matrices: "f32", "f16" or "bf16".
+  std::string dtype = "f32";
+  // A GGUF whose tokenizer.* keys are copied; empty = the byte-level vocab.
+  std::string vocab_from;
+  uint64_t seed = 1;
+  std::string name = "kvmodel-random";
+};
+
+// Validates the options and prepares the writer (tensor data is produced
+// when the writer writes).
+absl::StatusOr<std::unique_ptr<GgufWriter>> MakeRandomModel(
+    const RandomModelOptions& options);
+
+// The value MakeRandomModel stores at `index` of a matrix named `name` with
+// unit standard deviation, before scaling and rounding (for tests).
+float RandomModelUnitValue(uint64_t seed, const std::string& name,
+                           uint64_t index);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_MODEL_GGUF_RANDOM_MODEL_H_
