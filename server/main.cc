@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, weight_dtype, "auto",
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV cache budget in bytes; 0 = room for 8 full contexts");
 ABSL_FLAG(std::string, kv_dtype, "f32", "f32|bf16: KV cache element type");
-ABSL_FLAG(int32_t, kv_block_tokens, 16, "positions per KV cache block");
+ABSL_FLAG(int32_t, kv_block_tokens, kvserve::BlockPoolOptions().block_tokens,
+          "positions per KV cache block");
 ABSL_FLAG(int32_t, max_context, 0,
           "longest session in tokens; 0 = the model's context length");
 ABSL_FLAG(std::string, session_dir, "",

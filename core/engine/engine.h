@@ -38,7 +38,7 @@ namespace kvserve {
 struct EngineOptions {
   int64_t kv_cache_bytes = 0;  // 0: room for 8 full contexts
   DType kv_dtype = DType::kF32;
-  int kv_block_tokens = 16;
+  int kv_block_tokens = BlockPoolOptions().block_tokens;
   int max_context = 0;  // 0: the model's context length
   int max_batch_tokens = 512;
   int max_running = 64;

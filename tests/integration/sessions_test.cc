@@ -27,7 +27,10 @@ struct Served {
 
   static Served Start(std::vector<std::string> flags, bool stories = true) {
     Served s;
+    // Small blocks, so that the block counts below stay easy to reason
+    // about (the server's default is larger).
     std::vector<std::string> all = TestServerFlags();
+    all.push_back("--kv_block_tokens=16");
     if (stories) {
       all.push_back("--model=" + SharedDir() + "/models/stories260K.gguf");
     }
