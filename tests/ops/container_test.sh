@@ -15,6 +15,9 @@
 # 4. Runs it with ports published on 127.0.0.1 only, reaches it with kvctl
 #    (health SERVING, one streamed generation), checks its metrics and its
 #    HEALTHCHECK, stops it with SIGTERM (podman stop) and requires exit code 0.
+# 5. Builds deploy/router's image and runs it as Kubernetes would (non-root,
+#    read-only root filesystem) in front of the kvserve container: a session
+#    call and a stream through nginx, then a clean SIGTERM stop.
 # If podman cannot run containers on this machine the test says why and skips.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -182,8 +185,10 @@ fi
 # --- 4. run -------------------------------------------------------------------
 NAME="kvserve-container-test-$$"
 ops_on_exit "podman rm -f -t 2 $NAME"
+# --health-interval=disable: no systemd timer (there may be no systemd); the
+# test runs the image's HEALTHCHECK itself with `podman healthcheck run`.
 podman run -d --name "$NAME" --runtime runc --pull=never "${PODMAN_LIMITS[@]}" \
-  -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE" --threads=2 >/dev/null
+  --health-interval=disable -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE" --threads=2 >/dev/null
 GRPC=$(podman port "$NAME" 50051/tcp | head -n1)
 METRICS=$(podman port "$NAME" 9464/tcp | head -n1)
 [[ "$GRPC" == 127.0.0.1:* && "$METRICS" == 127.0.0.1:* ]] ||
@@ -215,6 +220,42 @@ grep -q '^process_resident_memory_bytes ' "$OPS_TMP/metrics.txt" ||
 podman healthcheck run "$NAME" >"$OPS_TMP/health.log" 2>&1 ||
   { cat "$OPS_TMP/health.log" >&2; ops_fail "the image's HEALTHCHECK fails"; }
 ops_log "HEALTHCHECK: healthy"
+
+# --- 5. the router image (deploy/router) in front of it, run as Kubernetes
+# runs it: non-root, read-only root filesystem, all capabilities dropped; the
+# replicas' cluster DNS names point at the kvserve container.
+KV_IP=$(podman inspect --format '{{.NetworkSettings.IPAddress}}' "$NAME")
+if [[ -z "$KV_IP" ]]; then
+  ops_log "router image: skipped (the kvserve container has no bridge address)"
+else
+  podman build --runtime runc --pull=never --format docker "${PODMAN_LIMITS[@]}" \
+    -t localhost/kvserve-router:container-test deploy/router >"$OPS_TMP/router-build.log" 2>&1 ||
+    { tail -n 20 "$OPS_TMP/router-build.log" >&2; ops_fail "router image build failed"; }
+  ROUTER="kvserve-router-container-test-$$"
+  ops_on_exit "podman rm -f -t 2 $ROUTER"
+  hosts=()
+  for i in 0 1 2; do
+    hosts+=(--add-host "kvserve-$i.kvserve-headless.kvserve.svc.cluster.local:$KV_IP")
+  done
+  podman run -d --name "$ROUTER" --runtime runc --pull=never "${PODMAN_LIMITS[@]}" \
+    --read-only --tmpfs /tmp --user 33:33 --cap-drop ALL \
+    --security-opt no-new-privileges "${hosts[@]}" \
+    -p 127.0.0.1::50051 -p 127.0.0.1::8081 \
+    localhost/kvserve-router:container-test >/dev/null
+  RGRPC=$(podman port "$ROUTER" 50051/tcp | head -n1)
+  RHEALTH=$(podman port "$ROUTER" 8081/tcp | head -n1)
+  ops_wait 30 "router /healthz" ops_http_get "http://$RHEALTH/healthz"
+  ops_wait 30 "kvctl health through the router" "$BIN_DIR/kvctl" --addr="$RGRPC" health
+  sid=$("$BIN_DIR/kvctl" --addr="$RGRPC" session create "Through the router" | tail -n1)
+  timeout 60 "$BIN_DIR/kvctl" --addr="$RGRPC" generate --json --ignore_eos \
+    --max_tokens=5 --session="$sid" "" >"$OPS_TMP/router-gen.jsonl"
+  [[ $(grep -c '"token_id"' "$OPS_TMP/router-gen.jsonl") == 5 ]] ||
+    ops_fail "generation through the router image did not stream 5 tokens"
+  podman stop -t 30 "$ROUTER" >/dev/null
+  RCODE=$(podman inspect --format '{{.State.ExitCode}}' "$ROUTER")
+  [[ "$RCODE" == 0 ]] || { podman logs "$ROUTER" 2>&1 | tail -n 20 >&2; ops_fail "router exit code $RCODE after SIGTERM"; }
+  ops_log "router image: non-root, read-only, session call and stream through nginx, clean stop"
+fi
 
 # SIGTERM (podman stop), a clean drain, exit code 0.
 podman stop -t 30 "$NAME" >/dev/null
