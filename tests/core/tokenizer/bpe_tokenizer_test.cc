@@ -1,0 +1,265 @@
+#include "core/tokenizer/bpe_tokenizer.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/model/gguf_vocab.h"
+#include "core/model/gguf_writer.h"
+#include "core/tokenizer/tokenizer_factory.h"
+#include "core/tokenizer/unicode.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvserve {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<std::string> Split(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view p : BpeTokenizer::SplitLlama3(text)) {
+    out.emplace_back(p);
+  }
+  return out;
+}
+
+TEST(Llama3SplitTest, MatchesTheRegex) {
+  EXPECT_THAT(Split("Hello world"), ElementsAre("Hello", " world"));
+  EXPECT_THAT(Split("I'm here, it's 12345 dollars!!\n\nOK"),
+              ElementsAre("I", "'m", " here", ",", " it", "'s", " ", "123",
+                          "45", " dollars", "!!\n\n", "OK"));
+  EXPECT_THAT(Split("HE'LL we'VE they're"),
+              ElementsAre("HE", "'LL", " we", "'VE", " they", "'re"));
+  EXPECT_THAT(Split("a  \n\n  b"), ElementsAre("a", "  \n\n", " ", " b"));
+  EXPECT_THAT(Split("   "), ElementsAre("   "));
+  EXPECT_THAT(Split("x\t"), ElementsAre("x", "\t"));
+  EXPECT_THAT(Split("hello\r\nworld"), ElementsAre("hello", "\r\n", "world"));
+  EXPECT_THAT(Split(" \nfoo"), ElementsAre(" \n", "foo"));
+  EXPECT_THAT(Split("$100 ?!"), ElementsAre("$", "100", " ?!"));
+  EXPECT_THAT(Split("(x)"), ElementsAre("(x", ")"));
+  // CJK letters (Lo), Arabic-Indic digits (Nd), emoji (So), accented Latin.
+  EXPECT_THAT(
+      Split("\xE6\x97\xA5\xE6\x9C\xAC \xE3\x83\x86\xE3\x82\xAD"),
+      ElementsAre("\xE6\x97\xA5\xE6\x9C\xAC", " \xE3\x83\x86\xE3\x82\xAD"));
+  EXPECT_THAT(Split("\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4"),
+              ElementsAre("\xD9\xA1\xD9\xA2\xD9\xA3", "\xD9\xA4"));
+  EXPECT_THAT(Split("\xF0\x9F\x98\x80\xF0\x9F\x98\x80 ok"),
+              ElementsAre("\xF0\x9F\x98\x80\xF0\x9F\x98\x80", " ok"));
+  EXPECT_THAT(Split("caf\xC3\xA9 na\xC3\xAFve"),
+              ElementsAre("caf\xC3\xA9", " na\xC3\xAFve"));
+  // Invalid UTF-8 bytes are symbols of their own class; nothing is lost.
+  EXPECT_THAT(Split("\xFF\xFE"
+                    "ab"),
+              ElementsAre("\xFF\xFE", "ab"));
+  EXPECT_TRUE(Split("").empty());
+}
+
+TEST(Llama3SplitTest, PiecesConcatenateToTheInput) {
+  std::mt19937 rng(5);
+  const std::vector<std::string> parts = {"a",
+                                          "Z",
+                                          " ",
+                                          "  ",
+                                          "\n",
+                                          "\r\n",
+                                          "\t",
+                                          "'s",
+                                          "'LL",
+                                          "7",
+                                          "42",
+                                          "!",
+                                          "...",
+                                          "\xC3\xA9",
+                                          "\xE6\x97\xA5",
+                                          "\xF0\x9F\x98\x80",
+                                          "\xFF"};
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text;
+    for (int k = rng() % 16; k > 0; --k) text += parts[rng() % parts.size()];
+    std::string joined;
+    for (std::string_view p : BpeTokenizer::SplitLlama3(text)) {
+      ASSERT_FALSE(p.empty());
+      joined += p;
+    }
+    ASSERT_EQ(joined, text);
+  }
+}
+
+TEST(UnicodeTest, Classes) {
+  EXPECT_TRUE(IsLetter('a'));
+  EXPECT_TRUE(IsLetter(0xE9));    // é
+  EXPECT_TRUE(IsLetter(0x65E5));  // 日
+  EXPECT_FALSE(IsLetter('1'));
+  EXPECT_TRUE(IsNumber(0x661));  // Arabic-Indic one
+  EXPECT_TRUE(IsNumber(0xBD));   // ½ (No)
+  EXPECT_FALSE(IsNumber(0x1F600));
+  EXPECT_TRUE(IsWhiteSpace(0x3000));
+  EXPECT_TRUE(IsWhiteSpace('\n'));
+  EXPECT_FALSE(IsWhiteSpace(0x200B));  // zero width space is not White_Space
+  std::vector<Utf8Char> c = SplitUtf8("a\xC3\xA9\xE0\x80\x80");  // overlong
+  ASSERT_EQ(c.size(), 5u);
+  EXPECT_EQ(c[1].cp, 0xE9u);
+  EXPECT_FALSE(c[2].valid);
+}
+
+// GPT-2's byte -> unicode alphabet, as the test's own reference.
+std::string Gpt2Char(int b) {
+  int n = 0;
+  for (int x = 0; x < b; ++x) {
+    bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) ||
+                     (x >= 174 && x <= 255);
+    if (!printable) ++n;
+  }
+  bool printable =
+      (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+  std::string out;
+  AppendUtf8(printable ? b : 256 + n, out);
+  return out;
+}
+
+// All 256 byte symbols, some merges, and Llama 3's special tokens.
+Vocab SmallGpt2Vocab() {
+  Vocab v;
+  v.model = "gpt2";
+  v.pre_tokenizer = "llama-bpe";
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(Gpt2Char(b));
+  const std::string G = Gpt2Char(' ');  // "Ġ"
+  v.merges = {"h e",    G + " t", G + "t he", "l l",   "he ll",
+              "hell o", "b c",    "a b",      G + " w"};
+  for (const std::string& m : v.merges) {
+    size_t sp = m.find(' ');
+    v.tokens.push_back(m.substr(0, sp) + m.substr(sp + 1));
+  }
+  // 256 "he", 257 "Ġt", 258 "Ġthe", 259 "ll", 260 "hell", 261 "hello",
+  // 262 "bc", 263 "ab", 264 "Ġw"
+  v.tokens.push_back("xyz");  // 265: reachable only whole (ignore_merges)
+  v.tokens.push_back("<|begin_of_text|>");  // 266
+  v.tokens.push_back("<|end_of_text|>");    // 267
+  v.token_types.assign(v.tokens.size(), TokenType::kNormal);
+  v.token_types[266] = TokenType::kControl;
+  v.token_types[267] = TokenType::kControl;
+  v.bos_id = 266;
+  v.eos_id = 267;
+  v.add_space_prefix = false;
+  return v;
+}
+
+std::unique_ptr<Tokenizer> MustCreate(const Vocab& v) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = CreateTokenizer(v);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+std::string DecodeAll(const Tokenizer& t, const std::vector<int32_t>& ids) {
+  std::string out;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    out += t.DecodeToken(prev, id);
+    prev = id;
+  }
+  return out;
+}
+
+TEST(BpeTokenizerTest, MergesByRank) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallGpt2Vocab());
+  ASSERT_NE(t, nullptr);
+  const EncodeOptions no_bos{.add_bos = false};
+  EXPECT_THAT(t->Encode("hello the", no_bos), ElementsAre(261, 258));
+  // "abc": "b c" (rank 6) outranks "a b" (rank 7).
+  EXPECT_THAT(t->Encode("abc", no_bos), ElementsAre('a', 262));
+  // A whole-word token is used even though no merge builds it.
+  EXPECT_THAT(t->Encode("xyz", no_bos), ElementsAre(265));
+  EXPECT_THAT(t->Encode("xy", no_bos), ElementsAre('x', 'y'));
+  // No dummy prefix; BOS from the vocabulary.
+  EXPECT_THAT(t->Encode("he", {}), ElementsAre(266, 256));
+  EXPECT_THAT(t->Encode("", {}), ElementsAre(266));
+  // Space is byte 0x20 -> "Ġ" (id 32 here, since ids 0..255 are the bytes
+  // in order of their alphabet position, which is the byte value).
+  EXPECT_THAT(t->Encode(" w", no_bos), ElementsAre(264));
+  EXPECT_THAT(t->Encode("  ", no_bos), ElementsAre(32, 32));
+}
+
+TEST(BpeTokenizerTest, RoundTripsAnyBytes) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallGpt2Vocab());
+  ASSERT_NE(t, nullptr);
+  for (std::string text :
+       {std::string("hello the world, it's 2024!\n\n"),
+        std::string("\xF0\x9F\x98\x80 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E"),
+        std::string("\xFF\xFE\x00\x01 bytes", 11)}) {
+    std::vector<int32_t> ids = t->Encode(text, {});
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 266);
+    EXPECT_EQ(DecodeAll(*t, ids), text);
+  }
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text(rng() % 30, '\0');
+    for (char& c : text) c = static_cast<char>(rng());
+    ASSERT_EQ(DecodeAll(*t, t->Encode(text, {})), text);
+  }
+  EXPECT_EQ(t->DecodeToken(-1, 267), "");
+  EXPECT_EQ(t->DecodeToken(-1, 258), " the");  // no space stripping
+  EXPECT_EQ(t->DecodeToken(266, 258), " the");
+  EXPECT_EQ(t->Piece(258), Gpt2Char(' ') + "the");
+}
+
+TEST(BpeTokenizerTest, RefusesOtherPreTokenizers) {
+  for (const char* pre : {"default", "gpt-2", "qwen2", ""}) {
+    Vocab v = SmallGpt2Vocab();
+    v.pre_tokenizer = pre;
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = CreateTokenizer(v);
+    ASSERT_FALSE(t.ok()) << pre;
+    EXPECT_THAT(t.status().message(),
+                HasSubstr(std::string("\"") + pre + "\""));
+    EXPECT_THAT(t.status().message(), HasSubstr("llama-bpe"));
+  }
+  Vocab v = SmallGpt2Vocab();
+  v.merges.push_back("nospace");
+  EXPECT_FALSE(CreateTokenizer(v).ok());
+}
+
+TEST(BpeTokenizerTest, FromGgufMetadata) {
+  Vocab want = SmallGpt2Vocab();
+  std::vector<int32_t> types;
+  for (TokenType t : want.token_types) types.push_back(static_cast<int32_t>(t));
+  GgufWriter w;
+  w.AddString("tokenizer.ggml.model", "gpt2");
+  w.AddString("tokenizer.ggml.pre", "llama-bpe");
+  w.AddStringArray("tokenizer.ggml.tokens", want.tokens);
+  w.AddInt32Array("tokenizer.ggml.token_type", types);
+  w.AddStringArray("tokenizer.ggml.merges", want.merges);
+  w.AddUint32("tokenizer.ggml.bos_token_id", 266);
+  w.AddUint32("tokenizer.ggml.eos_token_id", 267);
+  std::string bytes = w.Serialize();
+  absl::StatusOr<GgufFile> g =
+      GgufFile::Parse(MappedFile::FromBytes(bytes, "bpe.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<Vocab> v = VocabFromGguf(*g);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->model, "gpt2");
+  EXPECT_EQ(v->pre_tokenizer, "llama-bpe");
+  EXPECT_FALSE(v->add_space_prefix);
+  EXPECT_EQ(v->merges, want.merges);
+  std::unique_ptr<Tokenizer> t = MustCreate(*v);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(t->Encode("hello the", {}), ElementsAre(266, 261, 258));
+
+  GgufWriter other;
+  other.AddString("tokenizer.ggml.model", "gpt2");
+  other.AddString("tokenizer.ggml.pre", "deepseek-llm");
+  other.AddStringArray("tokenizer.ggml.tokens", want.tokens);
+  other.AddStringArray("tokenizer.ggml.merges", want.merges);
+  bytes = other.Serialize();
+  g = GgufFile::Parse(MappedFile::FromBytes(bytes, "bpe.gguf"));
+  ASSERT_TRUE(g.ok());
+  v = VocabFromGguf(*g);
+  ASSERT_TRUE(v.ok());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> refused = CreateTokenizer(*v);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("deepseek-llm"));
+}
+
+}  // namespace
+}  // namespace kvserve
