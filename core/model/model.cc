@@ -17,6 +17,12 @@ void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * (scale * x[i]);
 }
 
+// x += y, over n elements.
+void AddInPlace(const float* y, int64_t n, float* x) {
+#pragma omp parallel for if (n > (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
@@ -47,9 +53,10 @@ Model::Model(const ModelWeights* weights,
       output_(weights->output) {
   layers_.reserve(weights->layers.size());
   for (const LayerWeights& l : weights->layers) {
-    layers_.push_back(LayerLinears{Linear(l.wq), Linear(l.wk), Linear(l.wv),
-                                   Linear(l.wo), Linear(l.w_gate),
-                                   Linear(l.w_up), Linear(l.w_down)});
+    const WeightTensor qkv[] = {l.wq, l.wk, l.wv};
+    const WeightTensor gate_up[] = {l.w_gate, l.w_up};
+    layers_.push_back(LayerLinears{Linear(qkv), Linear(l.wo), Linear(gate_up),
+                                   Linear(l.w_down)});
   }
   const ModelConfig& c = config();
   const int half = c.rotary_dim() / 2;
@@ -113,14 +120,14 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
   }
   const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const int hidden = c.hidden_dim, half = c.rotary_dim() / 2;
+  const int qkv_dim = q_dim + 2 * kv_dim;
   x_.resize(m * dim);
   xb_.resize(m * dim);
+  qkv_.resize(m * qkv_dim);
   q_.resize(m * q_dim);
-  k_.resize(m * kv_dim);
-  v_.resize(m * kv_dim);
   att_.resize(m * q_dim);
-  gate_.resize(m * hidden);
-  up_.resize(m * hidden);
+  gate_up_.resize(m * 2 * hidden);
+  hidden_.resize(m * hidden);
   cos_sin_.resize(m * half * 2);
 
   // Embeddings and the rotation angles of every row.
@@ -153,9 +160,7 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
     for (int64_t r = 0; r < m; ++r) {
       RmsNorm(&x_[r * dim], lw.attn_norm.f32(), dim, c.norm_eps, &xb_[r * dim]);
     }
-    ll.wq.Forward(xb_.data(), m, q_.data());
-    ll.wk.Forward(xb_.data(), m, k_.data());
-    ll.wv.Forward(xb_.data(), m, v_.data());
+    ll.wqkv.Forward(xb_.data(), m, qkv_.data());
 
     decode_seqs.clear();
     decode_rows.clear();
@@ -164,10 +169,13 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
       const int64_t n = chunk.tokens.size();
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = row + i;
-        RopeInPlace(&q_[r * q_dim], c.n_heads, &cos_sin_[r * half * 2]);
-        RopeInPlace(&k_[r * kv_dim], c.n_kv_heads, &cos_sin_[r * half * 2]);
-        chunk.kv->WriteKv(layer, chunk.start_pos + i, &k_[r * kv_dim],
-                          &v_[r * kv_dim]);
+        float* q = &qkv_[r * qkv_dim];
+        float* k = q + q_dim;
+        const float* v = k + kv_dim;
+        RopeInPlace(q, c.n_heads, &cos_sin_[r * half * 2]);
+        RopeInPlace(k, c.n_kv_heads, &cos_sin_[r * half * 2]);
+        std::memcpy(&q_[r * q_dim], q, q_dim * sizeof(float));
+        chunk.kv->WriteKv(layer, chunk.start_pos + i, k, v);
       }
       const SeqKv seq{chunk.kv->blocks(), chunk.start_pos + n};
       if (n == 1) {
@@ -196,20 +204,24 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
     }
 
     ll.wo.Forward(att_.data(), m, xb_.data());
-    for (int64_t i = 0; i < m * dim; ++i) x_[i] += xb_[i];
+    AddInPlace(xb_.data(), m * dim, x_.data());
 
 #pragma omp parallel for if (m > 8)
     for (int64_t r = 0; r < m; ++r) {
       RmsNorm(&x_[r * dim], lw.ffn_norm.f32(), dim, c.norm_eps, &xb_[r * dim]);
     }
-    ll.w_gate.Forward(xb_.data(), m, gate_.data());
-    ll.w_up.Forward(xb_.data(), m, up_.data());
-    for (int64_t i = 0; i < m * hidden; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+    ll.w_gate_up.Forward(xb_.data(), m, gate_up_.data());
+#pragma omp parallel for if (m > 8)
+    for (int64_t r = 0; r < m; ++r) {
+      const float* gate = &gate_up_[r * 2 * hidden];
+      const float* up = gate + hidden;
+      float* out = &hidden_[r * hidden];
+      for (int i = 0; i < hidden; ++i) {
+        out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      }
     }
-    ll.w_down.Forward(gate_.data(), m, xb_.data());
-    for (int64_t i = 0; i < m * dim; ++i) x_[i] += xb_[i];
+    ll.w_down.Forward(hidden_.data(), m, xb_.data());
+    AddInPlace(xb_.data(), m * dim, x_.data());
   }
 
   last_.resize(static_cast<int64_t>(n_logits) * dim);

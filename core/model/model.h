@@ -55,8 +55,10 @@ class Model {
   const ModelWeights& weights() const { return *weights_; }
 
  private:
+  // Q, K and V are one matmul (weights stacked along n), gate and up
+  // another: fewer, larger calls per layer.
   struct LayerLinears {
-    Linear wq, wk, wv, wo, w_gate, w_up, w_down;
+    Linear wqkv, wo, w_gate_up, w_down;
   };
   Model(const ModelWeights* weights, std::unique_ptr<GqaAttention> attention);
 
@@ -72,12 +74,11 @@ class Model {
   // Scratch, resized per step. m = tokens in the step.
   std::vector<float> x_;        // [m][dim] residual stream
   std::vector<float> xb_;       // [m][dim] normed input / projection output
+  std::vector<float> qkv_;      // [m][q_dim + 2 * kv_dim]: q, k, v
   std::vector<float> q_;        // [m][q_dim]
-  std::vector<float> k_;        // [m][kv_dim]
-  std::vector<float> v_;        // [m][kv_dim]
   std::vector<float> att_;      // [m][q_dim]
-  std::vector<float> gate_;     // [m][hidden_dim]
-  std::vector<float> up_;       // [m][hidden_dim]
+  std::vector<float> gate_up_;  // [m][2 * hidden_dim]: gate, up
+  std::vector<float> hidden_;   // [m][hidden_dim]
   std::vector<float> cos_sin_;  // [m][rotary_dim / 2][2]
   std::vector<float> last_;     // [n_logits][dim]
   std::vector<float> logits_;   // [n_logits][vocab_size]
