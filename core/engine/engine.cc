@@ -370,6 +370,17 @@ void Engine::Warn(std::string_view message) {
 absl::StatusOr<Session*> Engine::FindSession(std::string_view id,
                                              std::string_view owner) {
   absl::StatusOr<Session*> found = sessions_->Lookup(id, owner);
+  if (found.ok() && (*found)->durable && !(*found)->busy) {
+    // Replicas may share the directory: another one may have continued or
+    // deleted this session since this process last touched it.
+    const int64_t size = session_dir_->LogSize(id);
+    if (size < 0) {
+      sessions_->Delete(id);
+      return absl::NotFoundError(absl::StrFormat("session %s not found", id));
+    }
+    if (size != (*found)->log_bytes) Reload(**found);
+    return found;
+  }
   if (found.ok() || session_dir_ == nullptr ||
       !absl::IsNotFound(found.status())) {
     return found;
@@ -401,21 +412,44 @@ absl::StatusOr<Session*> Engine::FindSession(std::string_view id,
   s->tokens = std::move(stored->tokens);
   s->durable = true;
   s->logged_tokens = s->tokens.size();
+  s->log_bytes = stored->log_bytes;
   s->has_snapshot =
       ReadFile(session_dir_->SnapshotPath(s->id)).status().code() !=
       absl::StatusCode::kNotFound;
   return sessions_->Lookup(id, owner);
 }
 
+void Engine::Reload(Session& s) {
+  absl::StatusOr<StoredSession> stored = session_dir_->Load(s.id);
+  if (!stored.ok()) {
+    Warn(std::string(stored.status().message()));
+    return;
+  }
+  // KV stays valid for the common prefix of the two histories.
+  const auto diverge =
+      std::mismatch(s.tokens.begin(), s.tokens.end(), stored->tokens.begin(),
+                    stored->tokens.end());
+  const int64_t common = diverge.first - s.tokens.begin();
+  if (s.kv.table.num_tokens() > common) s.kv.Truncate(common);
+  s.tokens = std::move(stored->tokens);
+  s.logged_tokens = s.tokens.size();
+  s.log_bytes = stored->log_bytes;
+  s.has_snapshot = true;  // checked against the tokens when used
+}
+
 absl::Status Engine::StartLog(Session& s) {
   if (session_dir_ == nullptr) return absl::OkStatus();
   s.durable = true;
   s.logged_tokens = s.tokens.size();
-  return session_dir_->Create(StoredSession{.id = s.id,
-                                            .owner = s.owner,
-                                            .ttl = s.ttl,
-                                            .create_time = s.create_time,
-                                            .tokens = s.tokens});
+  absl::StatusOr<int64_t> size =
+      session_dir_->Create(StoredSession{.id = s.id,
+                                         .owner = s.owner,
+                                         .ttl = s.ttl,
+                                         .create_time = s.create_time,
+                                         .tokens = s.tokens});
+  if (!size.ok()) return size.status();
+  s.log_bytes = *size;
+  return absl::OkStatus();
 }
 
 void Engine::SyncLog(Session& s) {
@@ -423,13 +457,14 @@ void Engine::SyncLog(Session& s) {
     return;
   }
   const int64_t base = std::min<int64_t>(s.logged_tokens, s.tokens.size());
-  absl::Status st = session_dir_->Append(
+  absl::StatusOr<int64_t> size = session_dir_->Append(
       s.id, base, absl::MakeConstSpan(s.tokens).subspan(base));
-  if (!st.ok()) {
-    Warn(std::string(st.message()));
+  if (!size.ok()) {
+    Warn(std::string(size.status().message()));
     return;
   }
   s.logged_tokens = s.tokens.size();
+  s.log_bytes = *size;
 }
 
 absl::Status Engine::TruncateLog(Session& s) {
@@ -439,9 +474,12 @@ absl::Status Engine::TruncateLog(Session& s) {
     s.has_snapshot = false;
     std::remove(session_dir_->SnapshotPath(s.id).c_str());
   }
-  absl::Status st = session_dir_->Append(s.id, s.tokens.size(), {});
-  if (st.ok()) s.logged_tokens = s.tokens.size();
-  return st;
+  absl::StatusOr<int64_t> size =
+      session_dir_->Append(s.id, s.tokens.size(), {});
+  if (!size.ok()) return size.status();
+  s.logged_tokens = s.tokens.size();
+  s.log_bytes = *size;
+  return absl::OkStatus();
 }
 
 void Engine::RemoveFiles(std::string_view id) {

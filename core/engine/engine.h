@@ -116,6 +116,8 @@ class Engine {
   absl::StatusOr<Session*> FindSession(std::string_view id,
                                        std::string_view owner);
   static std::string_view TierOf(const Session& s);
+  // Re-reads a session's log that another process appended to.
+  void Reload(Session& s);
   void Warn(std::string_view message);
   // Session files (no-ops without a session directory).
   absl::Status StartLog(Session& s);

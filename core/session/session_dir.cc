@@ -142,9 +142,9 @@ std::string SessionDir::SnapshotPath(std::string_view id) const {
   return absl::StrFormat("%s/%s.kv", path_, id);
 }
 
-absl::Status SessionDir::AppendRecord(std::string_view id,
-                                      const std::string& payload,
-                                      bool truncate) {
+absl::StatusOr<int64_t> SessionDir::AppendRecord(std::string_view id,
+                                                 const std::string& payload,
+                                                 bool truncate) {
   if (!IsValidId(id)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("invalid session id \"%s\"", id));
@@ -161,12 +161,22 @@ absl::Status SessionDir::AppendRecord(std::string_view id,
   record += payload;
   absl::Status s = WriteAll(fd, record, path);
   if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("cannot fsync", path);
+  struct stat st;
+  if (s.ok() && ::fstat(fd, &st) != 0) s = ErrnoError("cannot stat", path);
   ::close(fd);
   if (s.ok() && truncate) s = FsyncDir(path_);
-  return s;
+  if (!s.ok()) return s;
+  return static_cast<int64_t>(st.st_size);
 }
 
-absl::Status SessionDir::Create(const StoredSession& session) {
+int64_t SessionDir::LogSize(std::string_view id) const {
+  if (!IsValidId(id)) return -1;
+  struct stat st;
+  if (::stat(LogPath(id).c_str(), &st) != 0) return -1;
+  return st.st_size;
+}
+
+absl::StatusOr<int64_t> SessionDir::Create(const StoredSession& session) {
   std::string payload = kLogMagic;
   PutU64(payload, session.owner.size());
   payload += session.owner;
@@ -178,8 +188,8 @@ absl::Status SessionDir::Create(const StoredSession& session) {
   return AppendRecord(session.id, payload, /*truncate=*/true);
 }
 
-absl::Status SessionDir::Append(std::string_view id, int64_t base,
-                                absl::Span<const int32_t> tokens) {
+absl::StatusOr<int64_t> SessionDir::Append(std::string_view id, int64_t base,
+                                           absl::Span<const int32_t> tokens) {
   std::string payload;
   PutU64(payload, base);
   PutTokens(payload, tokens);
@@ -209,6 +219,7 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
   }
   StoredSession session;
   session.id = std::string(id);
+  session.log_bytes = data->size();
   std::string_view rest = *data;
   bool header = true;
   while (rest.size() >= 12) {

@@ -32,6 +32,7 @@ struct StoredSession {
   std::optional<absl::Duration> ttl;
   absl::Time create_time;
   std::vector<int32_t> tokens;
+  int64_t log_bytes = 0;  // the log's size when it was read
 };
 
 class SessionDir {
@@ -42,10 +43,15 @@ class SessionDir {
   static bool IsValidId(std::string_view id);
 
   // Starts (or replaces) a session's log with its header and `tokens`.
-  absl::Status Create(const StoredSession& session);
-  // Appends "keep the first `base` tokens, then `tokens`".
-  absl::Status Append(std::string_view id, int64_t base,
-                      absl::Span<const int32_t> tokens);
+  // Returns the log's size in bytes.
+  absl::StatusOr<int64_t> Create(const StoredSession& session);
+  // Appends "keep the first `base` tokens, then `tokens`". Returns the
+  // log's size in bytes.
+  absl::StatusOr<int64_t> Append(std::string_view id, int64_t base,
+                                 absl::Span<const int32_t> tokens);
+  // The log's size in bytes, or -1 when there is none. Another process
+  // sharing the directory (a replica) that appended changes it.
+  int64_t LogSize(std::string_view id) const;
   // Deletes the log and any snapshot.
   absl::Status Remove(std::string_view id);
   // Replays a log. NOT_FOUND when there is none; DATA_LOSS when even its
@@ -60,8 +66,9 @@ class SessionDir {
 
  private:
   explicit SessionDir(std::string path) : path_(std::move(path)) {}
-  absl::Status AppendRecord(std::string_view id, const std::string& payload,
-                            bool truncate);
+  absl::StatusOr<int64_t> AppendRecord(std::string_view id,
+                                       const std::string& payload,
+                                       bool truncate);
   std::string path_;
 };
 

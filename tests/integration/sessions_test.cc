@@ -242,6 +242,24 @@ TEST_F(SessionsTest, KillNineLosesNoCompletedTurn) {
   RestartContinues(this, SIGKILL, golden_);
 }
 
+TEST_F(SessionsTest, ReplicasSharingADirectoryHandASessionBackAndForth) {
+  const std::string dir = TempDir();
+  Served a = Served::Start({"--session_dir=" + dir});
+  Served b = Served::Start({"--session_dir=" + dir});
+  const std::string id = a.Create(kPrompt);
+  EXPECT_EQ(a.Continue(id, 4).ids, Golden(0, 4));
+  EXPECT_EQ(b.Continue(id, 4).ids, Golden(4, 8));   // loaded from a's files
+  EXPECT_EQ(a.Continue(id, 4).ids, Golden(8, 12));  // sees b's turn
+  EXPECT_EQ(b.Continue(id, 4).ids, Golden(12, 16));
+  v1::DeleteSessionRequest del;
+  del.set_session_id(id);
+  ASSERT_TRUE(b.client->DeleteSession(del).ok());
+  v1::GetSessionRequest get;
+  get.set_session_id(id);
+  EXPECT_EQ(a.client->GetSession(get).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(SessionsTest, BatchedWithFifteenOthersEqualsAlone) {
   Served s = Served::Start({"--threads=1"});
   const std::vector<std::string> prompts = {

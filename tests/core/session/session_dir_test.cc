@@ -89,7 +89,7 @@ TEST_F(SessionDirTest, RejectsIdsThatAreNotSessionIds) {
   EXPECT_FALSE(SessionDir::IsValidId("../../etc/passwd"));
   EXPECT_FALSE(SessionDir::IsValidId("0123456789ABCDEF0123456789abcdef"));
   EXPECT_EQ(dir_->Load("../x").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(dir_->Append("../x", 0, {}).code(),
+  EXPECT_EQ(dir_->Append("../x", 0, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
