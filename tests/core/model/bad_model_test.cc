@@ -1,4 +1,5 @@
 // Malformed model files: every problem is a Status naming what and where.
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -25,6 +26,7 @@ struct TinySpec {
   std::vector<std::string> omit;
   std::function<void(GgufWriter&)> extra_metadata;
   bool omit_head_count = false;
+  std::function<void(GgufWriter&)> extra_tensors;
 };
 
 std::string Tiny(const TinySpec& spec) {
@@ -63,6 +65,7 @@ std::string Tiny(const TinySpec& spec) {
     uint64_t n = GgufWriter::TensorBytes(dims, type);
     w.AddTensor(name, dims, type, std::string(n, '\0'));
   }
+  if (spec.extra_tensors) spec.extra_tensors(w);
   return w.Serialize();
 }
 
@@ -154,6 +157,31 @@ TEST(BadModelTest, SupportedTypesConvert) {
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_EQ(m->weights->layers[0].wq.dtype, DType::kF32);
   }
+}
+
+TEST(BadModelTest, RopeFreqFactors) {
+  // head_dim 4: rope_freqs holds rotary_dim / 2 = 2 factors.
+  TinySpec s;
+  s.extra_tensors = [](GgufWriter& w) {
+    std::vector<float> f = {1.0f, 4.0f};
+    w.AddTensor("rope_freqs.weight", {2}, GgmlType::kF32,
+                std::string(reinterpret_cast<const char*>(f.data()), 8));
+  };
+  absl::StatusOr<LoadedModel> m = Load(Tiny(s));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->weights->rope_freq_factors, (std::vector<float>{1.0f, 4.0f}));
+  s.extra_tensors = [](GgufWriter& w) {
+    std::vector<float> f = {1.0f, 4.0f, 2.0f};
+    w.AddTensor("rope_freqs.weight", {3}, GgmlType::kF32,
+                std::string(reinterpret_cast<const char*>(f.data()), 12));
+  };
+  ExpectError(s, {"rope_freqs.weight", "[3]"});
+  s.extra_tensors = [](GgufWriter& w) {
+    std::vector<float> f = {1.0f, -4.0f};
+    w.AddTensor("rope_freqs.weight", {2}, GgmlType::kF32,
+                std::string(reinterpret_cast<const char*>(f.data()), 8));
+  };
+  ExpectError(s, {"rope_freqs.weight", "not positive"});
 }
 
 TEST(BadModelTest, Llama2cHeaderErrors) {
