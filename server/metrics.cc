@@ -103,6 +103,12 @@ Metrics::Metrics()
                      .Help("Sessions or their KV removed, by reason (ttl, "
                            "memory, deleted).")
                      .Register(*registry_)),
+      preemptions_(BuildCounter()
+                       .Name("kvserve_preemptions_total")
+                       .Help("Running sequences whose KV was freed for "
+                             "room and recomputed later.")
+                       .Register(*registry_)
+                       .Add({})),
       requests_in_flight_(BuildGauge()
                               .Name("kvserve_requests_in_flight")
                               .Help("RPCs being served.")
@@ -167,6 +173,8 @@ void Metrics::OnGenerated(int64_t tokens) {
 void Metrics::OnEviction(std::string_view reason) {
   evictions_.Add({{"reason", std::string(reason)}}).Increment();
 }
+
+void Metrics::OnPreemption() { preemptions_.Increment(); }
 
 void Metrics::OnStats(const EngineStats& s) {
   kv_used_bytes_.Set(s.kv_used_bytes);

@@ -44,6 +44,7 @@ class Metrics : public EngineObserver {
   void OnPrompt(int64_t prompt_tokens, int64_t cached_tokens) override;
   void OnGenerated(int64_t tokens) override;
   void OnEviction(std::string_view reason) override;
+  void OnPreemption() override;
   void OnStats(const EngineStats& stats) override;
   // Printed to stderr.
   void OnWarning(std::string_view message) override;
@@ -70,6 +71,7 @@ class Metrics : public EngineObserver {
   prometheus::Gauge& sessions_disk_;
   prometheus::Gauge& sessions_tokens_;
   prometheus::Family<prometheus::Counter>& evictions_;
+  prometheus::Counter& preemptions_;
   prometheus::Gauge& requests_in_flight_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Gauge& weight_bytes_;

@@ -563,6 +563,7 @@ absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
     if (victim == nullptr) return s;
     victim->session->kv.Clear();
     victim->preempted = true;
+    if (observer_) observer_->OnPreemption();
   }
 }
 

@@ -33,6 +33,9 @@ class EngineObserver {
   virtual void OnGenerated(int64_t tokens) = 0;
   // reason: "ttl", "memory", "deleted".
   virtual void OnEviction(std::string_view reason) = 0;
+  // A running sequence gave up its KV blocks to make room; it will be
+  // recomputed from its tokens.
+  virtual void OnPreemption() = 0;
   virtual void OnStats(const EngineStats& stats) = 0;
   // Something went wrong that no request is waiting to hear about (a
   // session file that could not be written or read).

@@ -260,6 +260,27 @@ TEST_F(SessionsTest, ReplicasSharingADirectoryHandASessionBackAndForth) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(SessionsTest, PreemptionUnderMemoryPressureChangesNoOutput) {
+  // 4 streams of 70 tokens need 20 blocks of 16; the pool has 8, so the
+  // engine preempts and recomputes, and every stream still completes.
+  const std::vector<std::string> prompts = {kPrompt, "The cat sat on",
+                                            "Tom and Sue went", "One day"};
+  std::vector<std::vector<int32_t>> alone, crowded(prompts.size());
+  {
+    Served s = Served::Start({});
+    for (const auto& p : prompts) alone.push_back(s.Continue("", 64, p).ids);
+  }
+  Served s = Served::Start({"--kv_cache_bytes=163840"});
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back(
+        [&, i] { crowded[i] = s.Continue("", 64, prompts[i]).ids; });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(crowded, alone);
+  EXPECT_GT(s.Metric("kvserve_preemptions_total"), 0);
+}
+
 TEST_F(SessionsTest, BatchedWithFifteenOthersEqualsAlone) {
   Served s = Served::Start({"--threads=1"});
   const std::vector<std::string> prompts = {
