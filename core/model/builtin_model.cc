@@ -1,10 +1,10 @@
 #include "core/model/builtin_model.h"
 
 #include <cmath>
-#include <cstdio>
 #include <vector>
 
 #include "core/dnnl/linear.h"
+#include "core/model/fingerprint.h"
 #include "core/tokenizer/vocab.h"
 
 namespace kvserve {
@@ -100,10 +100,18 @@ std::unique_ptr<ModelWeights> MakeRandomWeights(const ModelConfig& config,
   }
   w->output_norm = b.Ones(c.dim);
   w->output = b.Matrix(c.vocab_size, c.dim);
-  char fp[32];
-  std::snprintf(fp, sizeof fp, "random-%016llx",
-                static_cast<unsigned long long>(seed));
-  w->fingerprint = fp;
+  Fingerprint fp;
+  auto add = [&fp](const WeightTensor& t) { fp.Add(t.data, t.bytes()); };
+  add(w->token_embd);
+  for (const LayerWeights& l : w->layers) {
+    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo,
+                                  &l.ffn_norm, &l.w_gate, &l.w_down, &l.w_up}) {
+      add(*t);
+    }
+  }
+  add(w->output_norm);
+  add(w->output);
+  w->fingerprint = fp.Hex();
   return w;
 }
 
