@@ -15,6 +15,9 @@ struct Format {
   std::vector<std::string> flags;
 };
 
+// Names the case in test listings (ctest shows parameters).
+void PrintTo(const Format& c, std::ostream* os) { *os << c.name; }
+
 class GoldenGenerateTest : public ::testing::TestWithParam<Format> {
  protected:
   void SetUp() override {

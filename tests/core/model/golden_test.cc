@@ -59,6 +59,9 @@ struct Case {
   DType kv_dtype;
 };
 
+// Names the case in test listings (ctest shows parameters).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class GoldenTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
