@@ -88,6 +88,52 @@ TEST_P(GoldenGenerateTest, ATurnAtATimeMatchesTheReference) {
   EXPECT_EQ(ids, golden_ids_);
 }
 
+TEST_P(GoldenGenerateTest, LogprobsListTheReferenceTopFive) {
+  v1::GenerateRequest request;
+  request.mutable_prompt()->set_text("Once upon a time");
+  request.set_max_tokens(1);
+  request.mutable_sampling()->set_temperature(0);
+  request.set_logprobs(5);
+  std::vector<v1::GeneratedToken> tokens;
+  auto final_message = client_->Generate(request, [&](const auto& t) {
+    tokens.push_back(t);
+    return true;
+  });
+  ASSERT_TRUE(final_message.ok()) << final_message.status();
+  ASSERT_EQ(tokens.size(), 1u);
+  const v1::GeneratedToken& t = tokens[0];
+  ASSERT_EQ(t.top_logprobs_size(), 5);
+  // The golden top-5 logits at this position: 432, 383, 322, 353, 323.
+  const std::vector<int32_t> want = {432, 383, 322, 353, 323};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(t.top_logprobs(i).token_id(), want[i]);
+    if (i > 0) {
+      EXPECT_LE(t.top_logprobs(i).logprob(), t.top_logprobs(i - 1).logprob());
+    }
+  }
+  EXPECT_EQ(t.top_logprobs(0).text(), ",");
+  ASSERT_TRUE(t.has_logprob());
+  EXPECT_FLOAT_EQ(t.logprob(), t.top_logprobs(0).logprob());
+  // Logprob differences are logit differences: 17.7993984 - 14.2812586.
+  EXPECT_NEAR(t.top_logprobs(0).logprob() - t.top_logprobs(1).logprob(),
+              3.5181398, 1e-4);
+}
+
+TEST_P(GoldenGenerateTest, StopStringsMatchAcrossTokens) {
+  v1::GenerateRequest request;
+  request.mutable_prompt()->set_text("Once upon a time");
+  request.set_max_tokens(64);
+  request.mutable_sampling()->set_temperature(0);
+  request.add_stop("tle gi");  // spans " little" and " girl"
+  auto out = GenerateAll(*client_, request);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->final_message.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(out->text, ", there was a lit");
+  // Generation stopped at the token that completed the stop string.
+  EXPECT_EQ(out->ids,
+            std::vector<int32_t>(golden_ids_.begin(), golden_ids_.begin() + 6));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Stories260K, GoldenGenerateTest,
     ::testing::Values(Format{"gguf",
