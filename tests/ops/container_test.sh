@@ -178,7 +178,7 @@ PYEOF
 SIZE_MB=$(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.1f", $1/1e6}')
 # Only runtime libraries: no compiler, no headers, no -dev package.
 if podman run --rm --runtime runc --pull=never --network=none "${PODMAN_LIMITS[@]}" \
-  --entrypoint sh "$IMAGE" -c 'command -v g++ || command -v cmake || dpkg -l | grep -E "^ii +[^ ]+-dev[: ]"'; then
+  --no-healthcheck --entrypoint sh "$IMAGE" -c 'command -v g++ || command -v cmake || dpkg -l | grep -E "^ii +[^ ]+-dev[: ]"'; then
   ops_fail "the runtime image contains build tools or -dev packages"
 fi
 
@@ -188,7 +188,8 @@ ops_on_exit "podman rm -f -t 2 $NAME"
 # --health-interval=disable: no systemd timer (there may be no systemd); the
 # test runs the image's HEALTHCHECK itself with `podman healthcheck run`.
 podman run -d --name "$NAME" --runtime runc --pull=never "${PODMAN_LIMITS[@]}" \
-  --health-interval=disable -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE" --threads=2 >/dev/null
+  --health-interval=disable -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE" --threads=2 \
+  >/dev/null 2>"$OPS_TMP/run.log" || { cat "$OPS_TMP/run.log" >&2; ops_fail "podman run failed"; }
 GRPC=$(podman port "$NAME" 50051/tcp | head -n1)
 METRICS=$(podman port "$NAME" 9464/tcp | head -n1)
 [[ "$GRPC" == 127.0.0.1:* && "$METRICS" == 127.0.0.1:* ]] ||
@@ -258,7 +259,9 @@ else
 fi
 
 # SIGTERM (podman stop), a clean drain, exit code 0.
-podman stop -t 30 "$NAME" >/dev/null
+# (podman 4.3 logs harmless "unable to get systemd connection" errors here.)
+podman stop -t 30 "$NAME" >/dev/null 2>"$OPS_TMP/stop.log" ||
+  { cat "$OPS_TMP/stop.log" >&2; ops_fail "podman stop failed"; }
 CODE=$(podman inspect --format '{{.State.ExitCode}}' "$NAME")
 podman logs "$NAME" >"$OPS_TMP/container.log" 2>&1 || true
 [[ "$CODE" == 0 ]] || { tail -n 20 "$OPS_TMP/container.log" >&2; ops_fail "exit code $CODE after SIGTERM"; }
