@@ -1,6 +1,7 @@
 #include "core/model/gguf_random_model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/kv/bf16.h"
@@ -148,6 +149,41 @@ TEST(RandomModelTest, VocabFromAnotherGguf) {
   EXPECT_EQ(m->model.weights->config.vocab_size, 512);
   EXPECT_EQ(m->model.tokenizer->Encode("Once upon a time", {}),
             (std::vector<int32_t>{1, 403, 407, 261, 378}));
+}
+
+TEST(RandomModelTest, VocabFromAGpt2Gguf) {
+  // A Llama 3 style vocabulary: the 256 GPT-2 byte symbols, one merge, BOS.
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) ||
+                     (b >= 174 && b <= 255);
+    tokens.push_back(printable ? std::string(1, static_cast<char>(b)) : "?");
+  }
+  // Only ASCII letters matter below; give the others unique placeholders.
+  for (int b = 0; b < 256; ++b) {
+    if (static_cast<unsigned char>(tokens[b][0]) >= 0x80 || tokens[b] == "?") {
+      tokens[b] = "<b" + std::to_string(b) + ">";
+    }
+  }
+  tokens.push_back("hi");
+  tokens.push_back("<|begin_of_text|>");
+  GgufWriter v;
+  v.AddString("tokenizer.ggml.model", "gpt2");
+  v.AddString("tokenizer.ggml.pre", "llama-bpe");
+  v.AddStringArray("tokenizer.ggml.tokens", tokens);
+  v.AddStringArray("tokenizer.ggml.merges", {"h i"});
+  v.AddUint32("tokenizer.ggml.bos_token_id", 257);
+  std::string path = ::testing::TempDir() + "/gpt2_vocab.gguf";
+  ASSERT_TRUE(v.WriteFile(path).ok());
+
+  RandomModelOptions ro = Small("f16");
+  ro.vocab_from = path;
+  std::unique_ptr<Made> m = MakeAndLoad(ro);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->model.weights->config.vocab_size, 258);
+  EXPECT_EQ(m->model.tokenizer->Encode("hi", {}),
+            (std::vector<int32_t>{257, 256}));
+  std::remove(path.c_str());
 }
 
 TEST(RandomModelTest, BadOptions) {
