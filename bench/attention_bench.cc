@@ -240,7 +240,7 @@ void RunPrefill(const Env& env, int block_tokens) {
                                attention->GqaPrefill(0, seq, start, kChunk,
                                                      q.data(), out.data());
                              },
-                             3, 0.3, 1)
+                             2, 0.3, 1)
                              .median_s;
         const double gflops = flops / s / 1e9;
         if (env.json) {

@@ -2,9 +2,13 @@
 // the unnormalised attention state of all kv_mul query heads of the group,
 // in one pass over the blocks' K and V (online softmax across blocks).
 //
-// Internal to core/attention. Variants: AVX-512 (f32 and bf16 K/V), AVX2,
-// and a portable scalar one, chosen once at run time from the CPU's
-// features; the build has no -march flags.
+// Internal to core/attention. Variants, chosen once at run time from the
+// CPU's features (the build has no -march flags): AVX-512 with AVX512_BF16
+// dot products for bf16 caches, AVX-512 FMA (f32, and bf16 widened to f32),
+// AVX2, and a portable scalar one for any head_dim.
+//
+// Thread-safety: kernels are pure functions of their arguments; each
+// thread passes its own scratch and state.
 #ifndef KVSERVE_CORE_ATTENTION_DECODE_KERNEL_H_
 #define KVSERVE_CORE_ATTENTION_DECODE_KERNEL_H_
 

@@ -11,7 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "core/attention/decode_kernel.h"
 #include "core/attention/onednn_attention.h"
-#include "core/kv/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {

@@ -25,10 +25,14 @@ struct SeqKv {
   int64_t n_ctx = 0;
 };
 
-// How attention is computed. kAuto picks per shape what the benchmark
-// (bench/attention_bench) measured fastest; the others force a path, for
-// tests and benchmarks. kFused is the hand-written paged kernel
-// (decode_kernel.h); kOneDnn uses oneDNN matmul primitives.
+// How attention is computed; any value but kAuto forces a path, for tests
+// and benchmarks. kFused is the hand-written paged kernel (decode_kernel.h:
+// one pass over a group's blocks, online softmax, split-K across threads);
+// kOneDnn uses oneDNN matmul primitives (onednn_attention.h). kAuto is what
+// bench/attention_bench measured faster: fused for decode (it beat oneDNN in
+// every case, as oneDNN pays ~1 µs per call and cannot fuse the softmax),
+// oneDNN for prefill chunks of 16 or more queries (gemm-shaped work), fused
+// for shorter ones.
 enum class AttentionPath { kAuto, kFused, kOneDnn };
 
 struct GqaAttentionOptions {
