@@ -2,7 +2,7 @@
 // BlockPool + BlockTable, no server) against the roofline measured in the
 // same run: (weight bytes + KV bytes read per token) / read bandwidth.
 //
-//   decode_bench [--json] [--rounds=N]
+//   decode_bench [--json] [--rounds=N] [--batched_only]
 //
 // The model is made here (bench/util BenchModelOptions: 16 heads / 4 KV
 // heads, dim 1024, 270 MB f32 / 135 MB bf16 of weights), loaded once per
@@ -13,6 +13,8 @@
 // streaming read of 1 GiB) with steps: "ratio" is the median step over the
 // median roofline of those rounds, "r(min)" the fastest step over the
 // roofline at the best bandwidth.
+// OMP_WAIT_POLICY defaults to passive (the program re-executes itself with
+// it when unset; set it to measure another policy).
 #include <omp.h>
 
 #include <chrono>
@@ -119,10 +121,54 @@ absl::StatusOr<Result> RunCase(const ModelWeights& weights, const Case& cs,
   return r;
 }
 
+// Steps of `batch` sequences at `depth` decoding together (one token each),
+// as the engine batches running sessions: the median step time.
+absl::StatusOr<double> BatchedStep(const ModelWeights& weights, int batch,
+                                   int64_t depth, int rounds) {
+  const ModelConfig& c = weights.config;
+  BlockPoolOptions po;
+  po.n_layers = c.n_layers;
+  po.n_kv_heads = c.n_kv_heads;
+  po.head_dim = c.head_dim;
+  po.capacity_bytes =
+      batch * (depth + 1 + 2 * po.block_tokens) * c.KvBytesPerToken(po.dtype);
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool = BlockPool::Create(po);
+  if (!pool.ok()) return pool.status();
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(&weights, pool->get());
+  if (!model.ok()) return model.status();
+  std::vector<BlockTable> tables;
+  std::vector<SeqChunk> chunks;
+  const std::vector<int32_t> token = {42 % c.vocab_size};
+  tables.reserve(batch);
+  for (int b = 0; b < batch; ++b) {
+    tables.emplace_back(pool->get());
+    if (absl::Status s = tables.back().Extend(depth + 1); !s.ok()) return s;
+    FillKv(c, depth, tables.back());
+  }
+  for (int b = 0; b < batch; ++b) {
+    chunks.push_back(SeqChunk{.kv = &tables[b],
+                              .start_pos = depth,
+                              .tokens = token,
+                              .want_logits = true});
+  }
+  absl::Status failed;
+  const bench::Timing t = bench::TimeCalls(
+      [&](int64_t) {
+        absl::StatusOr<absl::Span<const float>> logits =
+            (*model)->Forward(chunks);
+        if (!logits.ok()) failed = logits.status();
+      },
+      rounds * kStepsPerRound, 0.3, 2);
+  if (!failed.ok()) return failed;
+  return t.median_s;
+}
+
 int Main(int argc, char** argv) {
   const bool json = bench::HasFlag(argc, argv, "--json");
   const int rounds = bench::IntFlag(argc, argv, "--rounds", 12);
   const int threads = omp_get_max_threads();
+  const bool batched_only = bench::HasFlag(argc, argv, "--batched_only");
 
   absl::StatusOr<bench::ScratchDir> dir =
       bench::ScratchDir::Create("decode_bench.");
@@ -151,6 +197,7 @@ int Main(int argc, char** argv) {
   }
   double worst = 0;
   for (DType wd : {DType::kF32, DType::kBF16}) {
+    if (batched_only) break;
     LoadOptions lo;
     lo.model_path = path;
     lo.weight_dtype = std::string(DTypeName(wd));
@@ -204,6 +251,51 @@ int Main(int argc, char** argv) {
       }
     }
   }
+  // Batched decode (bf16 weights, f32 KV, 128 cached tokens each): what
+  // one engine step costs per batch size, the core's share of serve_bench's
+  // aggregate throughput.
+  {
+    LoadOptions lo;
+    lo.model_path = path;
+    lo.weight_dtype = "bf16";
+    absl::StatusOr<LoadedModel> loaded = LoadModel(lo);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "decode_bench: %s\n",
+                   loaded.status().ToString().c_str());
+      return 1;
+    }
+    if (!json) {
+      std::printf(
+          "\nbatched decode, bf16 weights, f32 KV, 128 cached tokens "
+          "per sequence\n%5s %9s %14s\n",
+          "batch", "step/b=1", "tok/s / b=1");
+    }
+    double one = 0;
+    for (int batch : {1, 4, 16, 64}) {
+      absl::StatusOr<double> step =
+          BatchedStep(*loaded->weights, batch, 128, rounds);
+      if (!step.ok()) {
+        std::fprintf(stderr, "decode_bench: %s\n",
+                     step.status().ToString().c_str());
+        return 1;
+      }
+      if (batch == 1) one = *step;
+      const double speedup = batch * one / *step;
+      if (json) {
+        std::printf("%s\n", bench::JsonLine()
+                                .Add("kind", "batched_decode")
+                                .Add("batch", batch)
+                                .Add("step_seconds", *step)
+                                .Add("tokens_per_second_over_batch1", speedup)
+                                .str()
+                                .c_str());
+      } else {
+        std::printf("%5d %9.2f %14.2f\n", batch, *step / one, speedup);
+      }
+      std::fflush(stdout);
+    }
+  }
+
   if (json) {
     std::printf("%s\n", bench::JsonLine()
                             .Add("kind", "summary")
@@ -220,4 +312,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvserve
 
-int main(int argc, char** argv) { return kvserve::Main(argc, argv); }
+int main(int argc, char** argv) {
+  kvserve::bench::ExecWithPassiveOmpWaitUnlessSet(argv);
+  return kvserve::Main(argc, argv);
+}

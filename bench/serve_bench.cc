@@ -15,6 +15,8 @@
 //
 // With --json, one JSON object per case, then the summary as the last line.
 // Tokens are random ids (not text), greedy, with EOS ignored.
+// OMP_WAIT_POLICY defaults to passive (the program re-executes itself with
+// it when unset; set it to measure another policy).
 #include <omp.h>
 
 #include <algorithm>
@@ -39,7 +41,7 @@ namespace kvserve {
 namespace {
 
 constexpr int kContext = 4608;
-constexpr int kConversations = 3;
+constexpr int kConversations = 5;
 constexpr int kDefaultBatchTokens = 512;  // kvserve's --max_batch_tokens
 constexpr int kSmallBatchTokens = 16;
 
@@ -509,4 +511,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvserve
 
-int main(int argc, char** argv) { return kvserve::Main(argc, argv); }
+int main(int argc, char** argv) {
+  kvserve::bench::ExecWithPassiveOmpWaitUnlessSet(argv);
+  return kvserve::Main(argc, argv);
+}
