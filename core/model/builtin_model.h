@@ -1,27 +1,26 @@
 // The built-in model: a small Llama-architecture decoder (GQA, SwiGLU, RoPE,
-// untied output) with deterministic random weights, so the server runs with
-// no model file. Its text is nonsense; its forward pass is the real one.
+// untied output) with deterministic random weights and the byte-level
+// vocabulary, so the server runs with no model file. It is the model maker's
+// output (`kvmodel make` with BuiltinModelOptions()), loaded from memory
+// through the GGUF loader. Its text is nonsense; its forward pass is real.
 #ifndef KVSERVE_CORE_MODEL_BUILTIN_MODEL_H_
 #define KVSERVE_CORE_MODEL_BUILTIN_MODEL_H_
 
-#include <cstdint>
-#include <memory>
-
-#include "core/model/weights.h"
+#include "absl/status/statusor.h"
+#include "core/model/gguf_random_model.h"
+#include "core/model/loader.h"
 
 namespace kvserve {
 
 // 4 layers, dim 256, 8 query heads over 2 KV heads of 32, hidden 768,
-// vocabulary 259 (ByteLevelVocab), context 2048.
-ModelConfig BuiltinModelConfig();
+// vocabulary 259 (byte-level), context 2048, f32.
+RandomModelOptions BuiltinModelOptions();
 
-// Weights for `config` drawn from a fixed-seed generator: the same seed
-// gives the same bytes on every machine. Matrices are uniform with variance
-// 1/fan_in; norm weights are 1. `dtype` is the matrices' dtype.
-std::unique_ptr<ModelWeights> MakeRandomWeights(const ModelConfig& config,
-                                                DType dtype, uint64_t seed);
-
-std::unique_ptr<ModelWeights> MakeBuiltinModel();
+// A random model made in memory and loaded as a GGUF file would be.
+// weight_dtype: auto|f32|bf16, as LoadOptions.
+absl::StatusOr<LoadedModel> LoadRandomModel(
+    const RandomModelOptions& options,
+    const std::string& weight_dtype = "auto");
 
 }  // namespace kvserve
 

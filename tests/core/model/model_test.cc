@@ -11,17 +11,16 @@
 namespace kvserve {
 namespace {
 
-ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.n_layers = 2;
-  c.dim = 64;
-  c.hidden_dim = 96;
-  c.n_heads = 8;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 50;
-  c.context_length = 128;
-  return c;
+RandomModelOptions SmallModel() {
+  RandomModelOptions o;
+  o.n_layers = 2;
+  o.dim = 64;
+  o.hidden_dim = 96;
+  o.n_heads = 8;
+  o.n_kv_heads = 2;
+  o.context_length = 128;
+  o.seed = 7;
+  return o;
 }
 
 std::vector<double> MatVec(const WeightTensor& w,
@@ -132,7 +131,10 @@ double RelativeError(absl::Span<const float> got,
 class ModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    weights_ = MakeRandomWeights(SmallConfig(), DType::kF32, 7);
+    auto model = LoadRandomModel(SmallModel());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_files_ = *std::move(model);
+    weights_ = model_files_.weights.get();
     const ModelConfig& c = weights_->config;
     BlockPoolOptions o{
         .n_layers = c.n_layers,
@@ -142,7 +144,7 @@ class ModelTest : public ::testing::Test {
         .dtype = DType::kF32,
         .capacity_bytes = 64 * c.KvBytesPerToken(DType::kF32) * 4};
     pool_ = *BlockPool::Create(o);
-    model_ = *Model::Create(weights_.get(), pool_.get());
+    model_ = *Model::Create(weights_, pool_.get());
     tokens_ = {1, 17, 3, 42, 8, 8, 23, 49, 0, 5, 11, 30, 2};
     reference_ = Reference(*weights_, tokens_);
   }
@@ -165,7 +167,8 @@ class ModelTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<ModelWeights> weights_;
+  LoadedModel model_files_;
+  const ModelWeights* weights_ = nullptr;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Model> model_;
   std::vector<int32_t> tokens_;
@@ -197,18 +200,23 @@ TEST_F(ModelTest, BatchOfMixedChunksMatchesEachAlone) {
 TEST_F(ModelTest, RejectsTokensOutsideTheVocabulary) {
   BlockTable kv(pool_.get());
   ASSERT_TRUE(kv.Extend(1).ok());
-  std::vector<int32_t> bad = {50};
+  std::vector<int32_t> bad = {weights_->config.vocab_size};
   auto logits = model_->Forward({SeqChunk{&kv, 0, bad, true}});
   EXPECT_EQ(logits.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BuiltinModelTest, IsGqaAndDeterministic) {
-  auto a = MakeBuiltinModel(), b = MakeBuiltinModel();
-  ASSERT_TRUE(a->config.Validate().ok());
-  EXPECT_LT(a->config.n_kv_heads, a->config.n_heads);
-  EXPECT_EQ(0, std::memcmp(a->layers[3].w_down.data, b->layers[3].w_down.data,
-                           a->layers[3].w_down.bytes()));
+  auto a = LoadRandomModel(BuiltinModelOptions());
+  auto b = LoadRandomModel(BuiltinModelOptions());
+  ASSERT_TRUE(a.ok() && b.ok());
+  const ModelConfig& c = a->weights->config;
+  ASSERT_TRUE(c.Validate().ok());
+  EXPECT_LT(c.n_kv_heads, c.n_heads);
+  EXPECT_EQ(c.vocab_size, 259);
+  EXPECT_EQ(a->weights->fingerprint, b->weights->fingerprint);
+  const WeightTensor& w = a->weights->layers[3].w_down;
+  EXPECT_EQ(0,
+            std::memcmp(w.data, b->weights->layers[3].w_down.data, w.bytes()));
 }
-
 }  // namespace
 }  // namespace kvserve
