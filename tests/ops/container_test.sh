@@ -241,12 +241,17 @@ else
   podman run -d --name "$ROUTER" --runtime runc --pull=never "${PODMAN_LIMITS[@]}" \
     --read-only --tmpfs /tmp --user 33:33 --cap-drop ALL \
     --security-opt no-new-privileges "${hosts[@]}" \
-    -p 127.0.0.1::50051 -p 127.0.0.1::8081 \
+    -p 127.0.0.1::50051 -p 127.0.0.1::8081 -e RELOAD_SECONDS=1 \
     localhost/kvserve-router:container-test >/dev/null
   RGRPC=$(podman port "$ROUTER" 50051/tcp | head -n1)
   RHEALTH=$(podman port "$ROUTER" 8081/tcp | head -n1)
   ops_wait 30 "router /healthz" ops_http_get "http://$RHEALTH/healthz"
   ops_wait 30 "kvctl health through the router" "$BIN_DIR/kvctl" --addr="$RGRPC" health
+  # run-router.sh re-resolves the replicas by reloading nginx (every second
+  # here): calls must go on working across reloads.
+  sleep 2.5
+  podman logs "$ROUTER" 2>&1 | grep -q 'signal process started' ||
+    ops_fail "the router did not reload nginx"
   sid=$("$BIN_DIR/kvctl" --addr="$RGRPC" session create "Through the router" | tail -n1)
   timeout 60 "$BIN_DIR/kvctl" --addr="$RGRPC" generate --json --ignore_eos \
     --max_tokens=5 --session="$sid" "" >"$OPS_TMP/router-gen.jsonl"
