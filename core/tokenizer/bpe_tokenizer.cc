@@ -1,9 +1,9 @@
 #include "core/tokenizer/bpe_tokenizer.h"
 
-#include <queue>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/tokenizer/bigram_merge.h"
 #include "core/tokenizer/unicode.h"
 
 namespace kvserve {
@@ -209,60 +209,22 @@ void BpeTokenizer::EncodeWord(std::string_view word,
     out.push_back(id);
     return;
   }
-  struct Symbol {
-    int prev;
-    int next;
-    size_t start;
-    size_t len;
-  };
-  std::vector<Symbol> symbols;
+  std::vector<std::string_view> chars;
   for (const Utf8Char& c : SplitUtf8(word)) {
-    int idx = static_cast<int>(symbols.size());
-    symbols.push_back({idx - 1, idx + 1, c.offset, c.len});
+    chars.push_back(word.substr(c.offset, c.len));
   }
-  if (symbols.empty()) return;
-  symbols.back().next = -1;
-  struct Bigram {
-    int left;
-    int right;
-    int32_t rank;
-    size_t len;
-  };
-  auto worse = [](const Bigram& a, const Bigram& b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(
-      worse);
   std::string key;
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[left];
-    const Symbol& r = symbols[right];
-    key.assign(word.substr(l.start, l.len));
-    key += ' ';
-    key.append(word.substr(r.start, r.len));
-    auto it = merge_rank_.find(key);
-    if (it == merge_rank_.end()) return;
-    queue.push({left, right, it->second, l.len + r.len});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) {
-    try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-  }
-  while (!queue.empty()) {
-    Bigram top = queue.top();
-    queue.pop();
-    Symbol& l = symbols[top.left];
-    Symbol& r = symbols[top.right];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != top.len) continue;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) symbols[r.next].prev = top.left;
-    try_add(l.prev, top.left);
-    try_add(top.left, l.next);
-  }
-  for (int i = 0; i >= 0; i = symbols[i].next) {
-    std::string_view piece = word.substr(symbols[i].start, symbols[i].len);
+  const std::vector<std::string_view> pieces = MergeBigrams(
+      chars,
+      [&](std::string_view l, std::string_view r) -> std::optional<double> {
+        key.assign(l);
+        key += ' ';
+        key.append(r);
+        auto it = merge_rank_.find(key);
+        if (it == merge_rank_.end()) return std::nullopt;
+        return -static_cast<double>(it->second);  // lower ranks merge first
+      });
+  for (std::string_view piece : pieces) {
     if (int32_t id = Lookup(piece); id >= 0) {
       out.push_back(id);
       continue;

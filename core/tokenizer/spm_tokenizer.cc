@@ -1,10 +1,10 @@
 #include "core/tokenizer/spm_tokenizer.h"
 
-#include <queue>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "core/tokenizer/bigram_merge.h"
 
 namespace kvserve {
 namespace {
@@ -111,68 +111,28 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view text,
 void SpmTokenizer::EncodeEscaped(std::string_view text,
                                  const std::vector<bool>& from_space,
                                  std::vector<int32_t>& out) const {
-  // Symbols form a doubly linked list over `text`; a merged symbol keeps the
-  // left index and absorbs the right one (whose len becomes 0).
-  struct Symbol {
-    int prev;
-    int next;
-    size_t start;
-    size_t len;
-  };
-  std::vector<Symbol> symbols;
+  std::vector<std::string_view> chars;
   for (size_t i = 0; i < text.size();) {
-    size_t n = Utf8CharLen(text, i);
-    int idx = static_cast<int>(symbols.size());
-    symbols.push_back({idx - 1, idx + 1, i, n});
+    const size_t n = Utf8CharLen(text, i);
+    chars.push_back(text.substr(i, n));
     i += n;
   }
-  if (symbols.empty()) return;
-  symbols.back().next = -1;
-
-  struct Bigram {
-    int left;
-    int right;
-    float score;
-    size_t len;  // of the merged text, to detect stale entries
-  };
-  auto worse = [](const Bigram& a, const Bigram& b) {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(
-      worse);
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[left];
-    const Symbol& r = symbols[right];
-    std::string_view merged = text.substr(l.start, l.len + r.len);
-    int32_t id = Lookup(merged);
-    if (id < 0) return;
-    queue.push({left, right, vocab_.score(id), merged.size()});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) {
-    try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-  }
-  while (!queue.empty()) {
-    Bigram top = queue.top();
-    queue.pop();
-    Symbol& l = symbols[top.left];
-    Symbol& r = symbols[top.right];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != top.len) continue;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) symbols[r.next].prev = top.left;
-    try_add(l.prev, top.left);
-    try_add(top.left, l.next);
-  }
-  for (int i = 0; i >= 0; i = symbols[i].next) {
-    std::string_view piece = text.substr(symbols[i].start, symbols[i].len);
+  const std::vector<std::string_view> pieces = MergeBigrams(
+      chars,
+      [this](std::string_view l, std::string_view r) -> std::optional<double> {
+        const int32_t id =
+            Lookup(std::string_view(l.data(), l.size() + r.size()));
+        if (id < 0) return std::nullopt;
+        return vocab_.score(id);
+      });
+  for (std::string_view piece : pieces) {
     int32_t id = Lookup(piece);
     if (id >= 0) {
       out.push_back(id);
       continue;
     }
-    if (from_space[symbols[i].start] && piece.size() == kSpace.size()) {
+    if (from_space[piece.data() - text.data()] &&
+        piece.size() == kSpace.size()) {
       piece = " ";
     }
     for (char c : piece) {
