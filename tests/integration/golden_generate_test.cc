@@ -3,8 +3,8 @@
 #include <fstream>
 
 #include "absl/strings/str_replace.h"
-#include "tests/core/tokenizer/golden_json.h"
 #include "tests/integration/integration_util.h"
+#include "tests/testing/golden_json.h"
 #include "tests/testing/paths.h"
 
 namespace kvserve::testing {

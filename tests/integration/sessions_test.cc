@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "tests/core/tokenizer/golden_json.h"
 #include "tests/integration/integration_util.h"
+#include "tests/testing/golden_json.h"
 #include "tests/testing/paths.h"
 
 namespace kvserve::testing {

@@ -7,7 +7,7 @@
 #include "core/model/loader.h"
 #include "core/model/model.h"
 #include "gtest/gtest.h"
-#include "tests/core/tokenizer/golden_json.h"
+#include "tests/testing/golden_json.h"
 #include "tests/testing/paths.h"
 
 namespace kvserve {

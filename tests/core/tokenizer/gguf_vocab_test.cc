@@ -8,7 +8,7 @@
 #include "core/tokenizer/tokenizer_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/tokenizer/golden_json.h"
+#include "tests/testing/golden_json.h"
 #include "tests/testing/paths.h"
 
 namespace kvserve {

@@ -11,7 +11,7 @@
 #include "core/util/check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/tokenizer/golden_json.h"
+#include "tests/testing/golden_json.h"
 #include "tests/testing/paths.h"
 
 namespace kvserve {

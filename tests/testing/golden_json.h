@@ -1,8 +1,8 @@
 // Minimal readers for the flat fields of ../shared/golden/*.json that the
 // tokenizer tests need (an integer array, a string), so the tests read the
 // golden file instead of copying its values.
-#ifndef KVSERVE_TESTS_CORE_TOKENIZER_GOLDEN_JSON_H_
-#define KVSERVE_TESTS_CORE_TOKENIZER_GOLDEN_JSON_H_
+#ifndef KVSERVE_TESTS_TESTING_GOLDEN_JSON_H_
+#define KVSERVE_TESTS_TESTING_GOLDEN_JSON_H_
 
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "core/tokenizer/unicode.h"
 
 namespace kvserve::testing {
 
@@ -46,24 +48,6 @@ inline std::vector<int32_t> JsonIntArray(const std::string& json,
   std::string item;
   while (std::getline(in, item, ',')) out.push_back(std::atoi(item.c_str()));
   return out;
-}
-
-inline void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // The JSON string value of `key`, unescaped (\uXXXX incl. surrogate pairs).
@@ -115,4 +99,4 @@ inline std::optional<std::string> JsonString(const std::string& json,
 
 }  // namespace kvserve::testing
 
-#endif  // KVSERVE_TESTS_CORE_TOKENIZER_GOLDEN_JSON_H_
+#endif  // KVSERVE_TESTS_TESTING_GOLDEN_JSON_H_
