@@ -21,9 +21,12 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("model config: %s must be positive, got %d", name, v));
   };
-  for (auto [name, v] : {std::pair{"n_layers", n_layers}, {"dim", dim},
-                         {"hidden_dim", hidden_dim}, {"n_heads", n_heads},
-                         {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
+  for (auto [name, v] : {std::pair{"n_layers", n_layers},
+                         {"dim", dim},
+                         {"hidden_dim", hidden_dim},
+                         {"n_heads", n_heads},
+                         {"n_kv_heads", n_kv_heads},
+                         {"head_dim", head_dim},
                          {"vocab_size", vocab_size},
                          {"context_length", context_length}}) {
     if (absl::Status s = positive(name, v); !s.ok()) return s;
