@@ -6,7 +6,9 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace kvserve {
 namespace {
@@ -157,10 +159,21 @@ absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options) {
 
 absl::StatusOr<v1::Session> Client::CreateSession(
     const v1::CreateSessionRequest& request, const CallOptions& options) {
+  // The client names the session, so that its very first call is routed
+  // like every later one.
+  v1::CreateSessionRequest named = request;
+  if (named.session_id().empty()) named.set_session_id(NewSessionId());
   return Unary<v1::Session>(
-      options, "", [&](grpc::ClientContext* context, v1::Session* response) {
-        return inference_->CreateSession(context, request, response);
+      options, named.session_id(),
+      [&](grpc::ClientContext* context, v1::Session* response) {
+        return inference_->CreateSession(context, named, response);
       });
+}
+
+std::string NewSessionId() {
+  thread_local absl::BitGen bitgen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(bitgen),
+                         absl::Uniform<uint64_t>(bitgen));
 }
 
 absl::StatusOr<v1::Session> Client::GetSession(

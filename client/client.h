@@ -3,9 +3,10 @@
 //
 // Every method maps one RPC and returns its gRPC status as an absl::Status
 // with the same code and message. Session-scoped calls send the session id in
-// the `x-session-id` metadata so a router can pin a session to one replica;
-// calls without a session (CreateSession, ListSessions, GetModelInfo, an
-// ephemeral Generate, ...) send none.
+// the `x-session-id` metadata so a router can pin a session to one replica.
+// CreateSession names the new session itself (NewSessionId) unless the
+// request does, and sends that id too. Calls without a session
+// (ListSessions, GetModelInfo, an ephemeral Generate, ...) send none.
 //
 // Thread-safety: a Client is safe to use from many threads at once (the
 // underlying channel and stubs are). A Cancellation may be triggered from any
@@ -74,6 +75,9 @@ absl::string_view FinishReasonName(v1::FinishReason reason);
 
 // gRPC status -> absl::Status, same code and message.
 absl::Status ToAbslStatus(const grpc::Status& status);
+
+// A fresh session id: 128 random bits as 32 lowercase hex digits.
+std::string NewSessionId();
 
 class Client {
  public:

@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -13,6 +14,12 @@
 
 namespace kvserve {
 namespace {
+
+// The label of kvserve_requests_rejected_total for a RESOURCE_EXHAUSTED.
+const char* RejectionReason(const absl::Status& status) {
+  return absl::StrContains(status.message(), "queue") ? "queue_full"
+                                                      : "kv_cache_full";
+}
 
 // Finishes one unary RPC exactly once and records its metrics.
 class UnaryCall {
@@ -31,7 +38,9 @@ class UnaryCall {
     metrics_->RequestFinished();
     metrics_->RecordRequest(method_, GrpcCodeName(s.error_code()),
                             absl::ToDoubleSeconds(absl::Now() - start_));
-    if (absl::IsResourceExhausted(status)) metrics_->RecordRejected(method_);
+    if (absl::IsResourceExhausted(status)) {
+      metrics_->RecordRejected(RejectionReason(status));
+    }
     reactor_->Finish(s);
     return reactor_;
   }
@@ -124,9 +133,6 @@ class GenerateReactor final
     metrics_->RequestFinished();
     metrics_->RecordRequest("Generate", GrpcCodeName(code_),
                             absl::ToDoubleSeconds(absl::Now() - start_));
-    if (absl::IsResourceExhausted(status_)) {
-      metrics_->RecordRejected("queue_full");
-    }
     delete this;
   }
 
@@ -151,6 +157,9 @@ class GenerateReactor final
         status_.ok() ? absl::CancelledError("the request was cancelled")
                      : status_);
     code_ = s.error_code();
+    if (absl::IsResourceExhausted(status_)) {
+      metrics_->RecordRejected(RejectionReason(status_));
+    }
     Finish(s);
   }
 
@@ -250,7 +259,8 @@ grpc::ServerUnaryReactor* InferenceService::CreateSession(
   UnaryCall call(context, metrics_, "CreateSession");
   auto ttl = TtlFromProto(request->has_ttl_seconds(), request->ttl_seconds());
   if (!ttl.ok()) return call.Finish(ttl.status());
-  CreateSessionParams params{.owner = request->owner(),
+  CreateSessionParams params{.id = request->session_id(),
+                             .owner = request->owner(),
                              .ttl = *ttl,
                              .initial = FromProto(request->initial())};
   engine_->CreateSession(

@@ -127,6 +127,7 @@ Metrics::Metrics()
     evictions_.Add({{"reason", reason}});
   }
   rejected_.Add({{"reason", "queue_full"}});
+  rejected_.Add({{"reason", "kv_cache_full"}});
 }
 
 void Metrics::RecordRequest(std::string_view method, std::string_view code,

@@ -795,7 +795,21 @@ void Engine::CreateSession(CreateSessionParams params,
   auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
   Post(
       [this, params = std::move(params), shared_done]() mutable {
-        Session* s = sessions_->Create(params.owner, params.ttl, absl::Now());
+        Session* s = nullptr;
+        if (params.id.empty()) {
+          s = sessions_->Create(params.owner, params.ttl, absl::Now());
+        } else if (!IsValidSessionId(params.id)) {
+          return std::move(*shared_done)(absl::InvalidArgumentError(
+              absl::StrFormat("session_id \"%s\" is not 32 lowercase hex "
+                              "digits",
+                              params.id)));
+        } else if (FindSession(params.id, "").ok()) {
+          return std::move(*shared_done)(absl::AlreadyExistsError(
+              absl::StrFormat("session %s already exists", params.id)));
+        } else {
+          const absl::Time now = absl::Now();
+          s = sessions_->Insert(params.id, params.owner, params.ttl, now, now);
+        }
         if (absl::Status logged = StartLog(*s); !logged.ok()) {
           sessions_->Delete(s->id);
           std::move (*shared_done)(logged);

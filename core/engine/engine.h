@@ -54,6 +54,8 @@ template <typename T>
 using Callback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
 
 struct CreateSessionParams {
+  // The new session's id: 32 lowercase hex digits; empty: one is made up.
+  std::string id;
   std::string owner;
   std::optional<absl::Duration> ttl;
   Input initial;  // prefilled after BOS; empty text: nothing

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/model/fingerprint.h"
+#include "core/session/session_store.h"
 
 namespace kvserve {
 namespace {
@@ -129,10 +130,7 @@ absl::StatusOr<std::unique_ptr<SessionDir>> SessionDir::Open(std::string path) {
   return std::unique_ptr<SessionDir>(new SessionDir(std::move(path)));
 }
 
-bool SessionDir::IsValidId(std::string_view id) {
-  return id.size() == 32 &&
-         id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-}
+bool SessionDir::IsValidId(std::string_view id) { return IsValidSessionId(id); }
 
 std::string SessionDir::LogPath(std::string_view id) const {
   return absl::StrFormat("%s/%s.log", path_, id);

@@ -7,6 +7,11 @@
 
 namespace kvserve {
 
+bool IsValidSessionId(std::string_view id) {
+  return id.size() == 32 &&
+         id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 SessionStore::SessionStore(BlockPool* pool) : pool_(pool) {}
 
 Session* SessionStore::Create(std::string owner,

@@ -48,6 +48,9 @@ struct SessionPage {
   std::string next_page_token;  // empty on the last page
 };
 
+// 32 lowercase hex digits, the form of every session id.
+bool IsValidSessionId(std::string_view id);
+
 class SessionStore {
  public:
   // REQUIRES: pool outlives the store.

@@ -214,14 +214,28 @@ TEST_F(ClientTest, SessionScopedCallsSendTheSessionId) {
   }
 }
 
+TEST_F(ClientTest, CreateSessionNamesTheSessionAndRoutesByItsId) {
+  ASSERT_TRUE(client_->CreateSession(v1::CreateSessionRequest()).ok());
+  std::optional<FakeInference::Seen> seen = service_.seen("CreateSession");
+  ASSERT_TRUE(seen.has_value() && seen->session_id.has_value());
+  EXPECT_EQ(seen->session_id->size(), 32u);
+  EXPECT_EQ(seen->session_id->find_first_not_of("0123456789abcdef"),
+            std::string::npos);
+  ASSERT_TRUE(client_->CreateSession(v1::CreateSessionRequest()).ok());
+  EXPECT_NE(service_.seen("CreateSession")->session_id, seen->session_id);
+  v1::CreateSessionRequest named;
+  named.set_session_id(std::string(32, 'a'));
+  ASSERT_TRUE(client_->CreateSession(named).ok());
+  EXPECT_EQ(service_.seen("CreateSession")->session_id, std::string(32, 'a'));
+}
+
 TEST_F(ClientTest, CallsWithoutASessionSendNoSessionId) {
   ASSERT_TRUE(client_->GetModelInfo().ok());
-  ASSERT_TRUE(client_->CreateSession(v1::CreateSessionRequest()).ok());
   ASSERT_TRUE(client_->ListSessions(v1::ListSessionsRequest()).ok());
   ASSERT_TRUE(client_->Tokenize(v1::TokenizeRequest()).ok());
   ASSERT_TRUE(client_->Generate(v1::GenerateRequest(), nullptr).ok());
-  for (const char* method : {"GetModelInfo", "CreateSession", "ListSessions",
-                             "Tokenize", "Generate"}) {
+  for (const char* method :
+       {"GetModelInfo", "ListSessions", "Tokenize", "Generate"}) {
     std::optional<FakeInference::Seen> seen = service_.seen(method);
     ASSERT_TRUE(seen.has_value()) << method;
     EXPECT_FALSE(seen->session_id.has_value()) << method;

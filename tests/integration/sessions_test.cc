@@ -242,6 +242,25 @@ TEST_F(SessionsTest, KillNineLosesNoCompletedTurn) {
   RestartContinues(this, SIGKILL, golden_);
 }
 
+TEST_F(SessionsTest, ClientChosenIdsAreCheckedAndUnique) {
+  const std::string dir = TempDir();
+  Served s = Served::Start({"--session_dir=" + dir});
+  v1::CreateSessionRequest request;
+  request.set_session_id("0123456789abcdef0123456789abcdef");
+  auto created = s.client->CreateSession(request);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->session_id(), request.session_id());
+  EXPECT_EQ(s.client->CreateSession(request).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  // Taken on disk too, by a session this process has not loaded.
+  Served other = Served::Start({"--session_dir=" + dir});
+  EXPECT_EQ(other.client->CreateSession(request).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  request.set_session_id("../../etc/passwd");
+  EXPECT_EQ(s.client->CreateSession(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SessionsTest, ReplicasSharingADirectoryHandASessionBackAndForth) {
   const std::string dir = TempDir();
   Served a = Served::Start({"--session_dir=" + dir});
