@@ -13,20 +13,13 @@ build/kvctl:
    (kvserve_request_duration_seconds_count{method}), one call at a time.
    Required: the 3 continuations of a session land on one replica; the
    sessions spread over the replicas; and each session is continued on the
-   replica that created it. CreateSession carries no x-session-id (the id does
-   not exist yet), so nginx places it round-robin while continuations follow
-   the hash: until session ids are chosen so that they hash to their creator,
-   a mismatched session is only usable when its new owner restores it from the
-   shared --session_dir. The test reports how many sessions are affected, and
-   skips that requirement (with the count) while the server cannot restore
-   another replica's sessions.
+   replica that created it (CreateSession carries the client-chosen id as
+   x-session-id, so nginx places it on the owner).
 2. Failover: kill -9 of the replica that owns the most sessions; each of its
    sessions continues through nginx on another replica, restored from the
    shared session dir, with exactly the greedy tokens a replica that never
    failed produces (a 4th, reference kvserve replays the same turns); 0
-   sessions lost. Runs only when the server restores a session written by a
-   killed process from --session_dir (probed at run time); otherwise skipped
-   with the reason.
+   sessions lost.
 """
 import atexit
 import ctypes
@@ -184,28 +177,6 @@ def start_nginx(replicas):
     return addr, proc
 
 
-def restore_works():
-    """Does a new kvserve process find a session that a kill -9'd one wrote?"""
-    sdir = os.path.join(TMP, "probe-sessions")
-    a = Replica("probe-a", sdir)
-    code, out, _ = kvctl(a.grpc, "session", "create", "probe")
-    if code != 0:
-        return False, "session create failed on the probe replica"
-    sid = out.strip().splitlines()[-1]
-    if generate(a.grpc, sid)[0] != 0:
-        return False, "generate failed on the probe replica"
-    a.proc.kill()
-    a.proc.wait()
-    b = Replica("probe-b", sdir)
-    code, out, err = kvctl(b.grpc, "session", "get", sid)
-    b.proc.terminate()
-    b.proc.wait(10)
-    if code != 0:
-        return False, (f"a kvserve started on the same --session_dir does not know a session "
-                       f"written by a killed one ({err.strip() or code})")
-    return True, ""
-
-
 def main():
     help_text = subprocess.run([os.path.join(BIN, "kvserve"), "--help"],
                                capture_output=True, text=True).stdout + \
@@ -257,51 +228,42 @@ def main():
         sys.exit("router_test: FAIL\n  " + "\n  ".join(problems[:20]))
     log("every session's continuations were served by one replica")
 
-    skipped = []
-    if mismatched:
-        skipped.append(
-            f"creation affinity: {len(mismatched)}/{SESSIONS} sessions were created (round-robin, "
-            f"no x-session-id yet) on another replica than the one their id hashes to, and "
-            f"that replica cannot restore them from the shared --session_dir (NOT_FOUND); "
-            f"needs session ids chosen to hash to their creator, or cross-replica restore")
-    else:
-        log("each session was continued on the replica that created it or restored there")
+    created_elsewhere = [s for s in owner if owner[s] != creator[s]]
+    if mismatched or created_elsewhere:
+        sys.exit(f"router_test: FAIL: {len(created_elsewhere)}/{SESSIONS} sessions were "
+                 f"created on another replica than the one their id hashes to "
+                 f"({len(mismatched)} then NOT_FOUND); CreateSession must carry the "
+                 f"client-chosen id as x-session-id")
+    log("each session was created on the replica that owns it")
 
-    ok, why = restore_works()
-    if not ok:
-        skipped.append(f"failover (kill -9, continue elsewhere from --session_dir): {why}")
-    else:
-        victim = max(spread, key=spread.get)
-        victim_sessions = [s for s in owner if owner[s] == victim and history[s]]
-        ref = Replica("reference", os.path.join(TMP, "reference-sessions"))
-        want = {}
-        for sid in victim_sessions:
-            i = list(creator).index(sid)
-            code, out, _ = kvctl(ref.grpc, "session", "create", f"Session number {i} says")
-            rid = out.strip().splitlines()[-1]
-            for turn in history[sid]:
-                code, tokens = generate(ref.grpc, rid)
-                if tokens != turn:
-                    sys.exit(f"reference replica diverges from replica{victim} on {sid}")
-            want[sid] = generate(ref.grpc, rid)[1]
-        replicas[victim].proc.kill()
-        replicas[victim].proc.wait()
-        log(f"kill -9 replica{victim} ({len(victim_sessions)} sessions)")
-        lost = []
-        for sid in victim_sessions:
-            code, tokens = generate(router, sid)
-            if code != 0 or tokens != want[sid]:
-                lost.append(f"{sid}: {code} {tokens} want {want[sid]}")
-        if lost:
-            sys.exit(f"failover: {len(lost)} of {len(victim_sessions)} sessions lost or "
-                     f"diverged:\n  " + "\n  ".join(lost[:10]))
-        log(f"failover: all {len(victim_sessions)} sessions continued elsewhere with the "
-            f"same greedy tokens; 0 lost")
+    victim = max(spread, key=spread.get)
+    victim_sessions = [s for s in owner if owner[s] == victim and history[s]]
+    ref = Replica("reference", os.path.join(TMP, "reference-sessions"))
+    want = {}
+    for sid in victim_sessions:
+        i = list(creator).index(sid)
+        code, out, _ = kvctl(ref.grpc, "session", "create", f"Session number {i} says")
+        rid = out.strip().splitlines()[-1]
+        for turn in history[sid]:
+            code, tokens = generate(ref.grpc, rid)
+            if tokens != turn:
+                sys.exit(f"reference replica diverges from replica{victim} on {sid}")
+        want[sid] = generate(ref.grpc, rid)[1]
+    replicas[victim].proc.kill()
+    replicas[victim].proc.wait()
+    log(f"kill -9 replica{victim} ({len(victim_sessions)} sessions)")
+    lost = []
+    for sid in victim_sessions:
+        code, tokens = generate(router, sid)
+        if code != 0 or tokens != want[sid]:
+            lost.append(f"{sid}: {code} {tokens} want {want[sid]}")
+    if lost:
+        sys.exit(f"failover: {len(lost)} of {len(victim_sessions)} sessions lost or "
+                 f"diverged:\n  " + "\n  ".join(lost[:10]))
+    log(f"failover: all {len(victim_sessions)} sessions continued elsewhere with the "
+        f"same greedy tokens; 0 lost")
 
-    for s in skipped:
-        print(f"router_test: SKIPPED part: {s}", file=sys.stderr)
-    log("router_test: PASS" + (f" ({len(skipped)} part(s) skipped)" if skipped else ""))
-
+    log("router_test: PASS")
 
 if __name__ == "__main__":
     main()
