@@ -45,6 +45,9 @@ ABSL_FLAG(int32_t, max_context, 0,
 ABSL_FLAG(std::string, session_dir, "",
           "directory for session snapshots (created if missing)");
 ABSL_FLAG(int32_t, max_batch_tokens, 512, "tokens per engine step");
+ABSL_FLAG(double, max_step_slowdown, 2.0,
+          "while sequences decode, prefill chunks are sized so a step takes "
+          "at most this many times a decode-only step (0: no limit)");
 ABSL_FLAG(int32_t, max_queued_requests, 256,
           "requests waiting for admission before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_running, 64, "sequences decoding together");
@@ -77,6 +80,7 @@ int Serve() {
   options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   options.max_context = absl::GetFlag(FLAGS_max_context);
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.max_step_slowdown = absl::GetFlag(FLAGS_max_step_slowdown);
   options.max_running = absl::GetFlag(FLAGS_max_running);
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   options.threads = absl::GetFlag(FLAGS_threads);

@@ -89,13 +89,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   if (options.max_batch_tokens < 1 || options.max_running < 1 ||
       options.max_queued_requests < 0 || options.kv_block_tokens < 1 ||
-      options.default_max_tokens < 1 || options.kv_cache_bytes < 0) {
+      options.default_max_tokens < 1 || options.kv_cache_bytes < 0 ||
+      !(options.max_step_slowdown == 0 || options.max_step_slowdown >= 1)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "engine limits must be positive: max_batch_tokens=%d max_running=%d "
-        "max_queued_requests=%d kv_block_tokens=%d kv_cache_bytes=%d",
+        "max_queued_requests=%d kv_block_tokens=%d kv_cache_bytes=%d "
+        "(and max_step_slowdown=%g must be 0 or at least 1)",
         options.max_batch_tokens, options.max_running,
         options.max_queued_requests, options.kv_block_tokens,
-        options.kv_cache_bytes));
+        options.kv_cache_bytes, options.max_step_slowdown));
   }
   std::unique_ptr<Engine> engine(
       new Engine(options, weights, tokenizer, observer));
@@ -532,6 +534,37 @@ void Engine::RestoreSnapshot(Sequence& seq) {
   prefix_cache_->Register(s.tokens, s.kv);
 }
 
+int64_t Engine::PrefillBudget(int64_t decode_tokens) const {
+  const int64_t room = options_.max_batch_tokens - decode_tokens;
+  if (decode_tokens == 0 || options_.max_step_slowdown <= 0) return room;
+  // Until a prefill step has been timed, probe with a small chunk.
+  if (decode_step_seconds_ <= 0 || prefill_token_seconds_ <= 0) {
+    return std::min<int64_t>(room, kProbePrefillChunk);
+  }
+  const double allowed = (options_.max_step_slowdown - 1) *
+                         decode_step_seconds_ / prefill_token_seconds_;
+  // At least one token, so that a prompt always makes progress.
+  return std::clamp<int64_t>(static_cast<int64_t>(allowed), 1,
+                             std::max<int64_t>(room, 1));
+}
+
+void Engine::LearnStepCost(int64_t decode_tokens, int64_t tokens,
+                           double seconds) {
+  constexpr double kWeight = 0.2;  // of the newest step in the averages
+  auto update = [](double& average, double sample) {
+    average =
+        average <= 0 ? sample : (1 - kWeight) * average + kWeight * sample;
+  };
+  const int64_t prefill_tokens = tokens - decode_tokens;
+  if (prefill_tokens == 0) {
+    update(decode_step_seconds_, seconds);
+  } else {
+    const double extra =
+        seconds - (decode_tokens > 0 ? decode_step_seconds_ : 0.0);
+    update(prefill_token_seconds_, std::max(extra, 0.0) / prefill_tokens);
+  }
+}
+
 int64_t Engine::MatchPrefix(Sequence& seq) {
   Session& s = *seq.session;
   absl::Span<const int32_t> tokens = s.tokens;
@@ -589,6 +622,10 @@ void Engine::Step() {
   std::vector<Sequence*> chunk_seqs;
   std::vector<Sequence*> failed;
   int64_t budget = options_.max_batch_tokens;
+  int64_t decode_tokens = 0;
+  for (Sequence* seq : order) decode_tokens += seq->pending() == 1 ? 1 : 0;
+  int64_t prefill_budget = PrefillBudget(decode_tokens);
+  int64_t scheduled_decode = 0;
   for (Sequence* seq : order) {
     if (seq->preempted || budget == 0) continue;
     Session& s = *seq->session;
@@ -598,7 +635,9 @@ void Engine::Step() {
       if (observer_ && adopted > 0) observer_->OnPrompt(0, adopted);
     }
     const int64_t start = s.kv.table.num_tokens();
-    const int64_t n = std::min<int64_t>(seq->pending(), budget);
+    const bool decode = seq->pending() == 1;
+    const int64_t n = std::min<int64_t>(
+        {seq->pending(), budget, decode ? budget : prefill_budget});
     if (n == 0) continue;
     absl::Status reserved = ReserveKv(*seq, start + n);
     if (!reserved.ok()) {
@@ -610,6 +649,11 @@ void Engine::Step() {
       continue;
     }
     budget -= n;
+    if (decode) {
+      ++scheduled_decode;
+    } else {
+      prefill_budget -= n;
+    }
     const bool last = start + n == static_cast<int64_t>(s.tokens.size());
     chunks.push_back(
         SeqChunk{.kv = &s.kv.table,
@@ -623,10 +667,11 @@ void Engine::Step() {
   absl::StatusOr<absl::Span<const float>> logits =
       chunks.empty() ? absl::Span<const float>() : model_->Forward(chunks);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start_time);
-  if (observer_ && !chunks.empty()) {
+  if (!chunks.empty()) {
     int64_t tokens = 0;
     for (const SeqChunk& c : chunks) tokens += c.tokens.size();
-    observer_->OnStep(tokens, chunks.size(), seconds);
+    LearnStepCost(scheduled_decode, tokens, seconds);
+    if (observer_) observer_->OnStep(tokens, chunks.size(), seconds);
   }
   int logit_row = 0;
   const int vocab = config().vocab_size;

@@ -41,6 +41,10 @@ struct EngineOptions {
   int kv_block_tokens = BlockPoolOptions().block_tokens;
   int max_context = 0;  // 0: the model's context length
   int max_batch_tokens = 512;
+  // While sequences decode, prefill chunks are sized (from measured step
+  // costs) so that a step takes at most this many times a decode-only step;
+  // 0: prefill always fills max_batch_tokens.
+  double max_step_slowdown = 2.0;
   int max_running = 64;
   int max_queued_requests = 256;
   int threads = 0;  // OpenMP threads of the engine thread; 0: all cores
@@ -114,6 +118,10 @@ class Engine {
   // Adopts cached blocks holding the sequence's next tokens; returns how
   // many positions it adopted.
   int64_t MatchPrefix(Sequence& seq);
+  // Prefill tokens a step may carry beside `decode_tokens` decode tokens.
+  int64_t PrefillBudget(int64_t decode_tokens) const;
+  // Updates the step-cost averages PrefillBudget uses.
+  void LearnStepCost(int64_t decode_tokens, int64_t tokens, double seconds);
   // A session in memory, or loaded from the session directory.
   absl::StatusOr<Session*> FindSession(std::string_view id,
                                        std::string_view owner);
@@ -154,6 +162,9 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> running_;  // admission order
   absl::Time next_expiry_check_;
   absl::Time next_stats_;
+  static constexpr int64_t kProbePrefillChunk = 8;
+  double decode_step_seconds_ = 0;    // moving average, decode-only steps
+  double prefill_token_seconds_ = 0;  // moving average, per prefill token
 
   absl::Mutex mu_;
   std::deque<absl::AnyInvocable<void() &&>> commands_ ABSL_GUARDED_BY(mu_);
