@@ -11,7 +11,8 @@
 //   (d) inter-token latency of a decoding session while another session's
 //       4,000-token prompt is prefilled, against the same session idle.
 //
-//   serve_bench [--json] [--weight_dtype=bf16|f32] [--verbose]
+//   serve_bench [--json] [--weight_dtype=bf16|f32] [--kv_dtype=f32|bf16]
+//               [--verbose]
 //
 // With --json, one JSON object per case, then the summary as the last line.
 // Tokens are random ids (not text), greedy, with EOS ignored.
@@ -42,6 +43,8 @@ namespace {
 
 constexpr int kContext = 4608;
 constexpr int kConversations = 5;
+// Every call is bounded: a stuck server fails the benchmark, never hangs it.
+const CallOptions kCallOptions{.timeout = absl::Seconds(120)};
 constexpr int kDefaultBatchTokens = 512;  // kvserve's --max_batch_tokens
 constexpr int kSmallBatchTokens = 16;
 
@@ -105,12 +108,14 @@ absl::StatusOr<Stream> Generate(Client& client, const std::string& session,
   request.set_ignore_eos(true);
   Stream s;
   s.sent = Now();
-  absl::StatusOr<v1::GenerateFinal> final =
-      client.Generate(request, [&](const v1::GeneratedToken& token) {
+  absl::StatusOr<v1::GenerateFinal> final = client.Generate(
+      request,
+      [&](const v1::GeneratedToken& token) {
         s.token_times.push_back(Now());
         s.token_ids.push_back(token.token_id());
         return !keep_going || keep_going();
-      });
+      },
+      kCallOptions);
   if (!final.ok()) {
     if (absl::IsCancelled(final.status()) && keep_going) return s;
     return final.status();
@@ -126,7 +131,7 @@ absl::StatusOr<std::string> NewSession(Client& client,
   for (int32_t t : initial) {
     request.mutable_initial()->mutable_tokens()->add_ids(t);
   }
-  absl::StatusOr<v1::Session> s = client.CreateSession(request);
+  absl::StatusOr<v1::Session> s = client.CreateSession(request, kCallOptions);
   if (!s.ok()) return s.status();
   return s->session_id();
 }
@@ -362,10 +367,13 @@ int Main(int argc, char** argv) {
   if (absl::Status s = bench::WriteBenchModel(mo, model); !s.ok()) {
     return fail(s);
   }
+  const std::string kv_flag = bench::HasFlag(argc, argv, "--kv_dtype=bf16")
+                                  ? "--kv_dtype=bf16"
+                                  : "--kv_dtype=f32";
   bench::BandwidthProbe probe;
   absl::StatusOr<std::unique_ptr<bench::KvserveProcess>> server =
-      bench::KvserveProcess::Start({"--model=" + model}, absl::Seconds(120),
-                                   verbose);
+      bench::KvserveProcess::Start({"--model=" + model, kv_flag},
+                                   absl::Seconds(120), verbose);
   if (!server.ok()) return fail(server.status());
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect((*server)->grpc_address());
@@ -472,7 +480,7 @@ int Main(int argc, char** argv) {
   {
     absl::StatusOr<std::unique_ptr<bench::KvserveProcess>> small =
         bench::KvserveProcess::Start(
-            {"--model=" + model,
+            {"--model=" + model, kv_flag,
              absl::StrCat("--max_batch_tokens=", kSmallBatchTokens)},
             absl::Seconds(120), verbose);
     if (!small.ok()) return fail(small.status());
