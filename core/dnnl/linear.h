@@ -10,7 +10,8 @@
 //
 // The weights are reordered once, at construction, into the blocked layout
 // oneDNN's matmul prefers (the same for every row count m on AVX-512), so no
-// call repacks them; the copy is owned by the Linear. Primitives are created
+// call repacks them; the copy is owned by the Linear (on transparent huge
+// pages when 2 MiB or larger). Primitives are created
 // on first use for each m and cached: fixed-m primitives beat one
 // runtime-m primitive (which oneDNN 2.6 runs with its plain-layout gemm)
 // by 1.4x at m = 1.
@@ -20,6 +21,7 @@
 #define KVSERVE_CORE_DNNL_LINEAR_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -58,10 +60,12 @@ class Linear {
   // The weights, in the layout oneDNN chose for m = 1 (plain "ba" when it
   // wants no other); its buffer is owned by this memory object.
   dnnl::memory weights_;
+  std::shared_ptr<void> weights_buffer_;  // weights_'s bytes, when ours
   absl::flat_hash_map<int64_t, Cached> cache_;
   // The weights in other layouts, made on demand for an m whose primitive
   // refuses weights_'s (none on AVX-512 CPUs).
   std::vector<dnnl::memory> other_layouts_;
+  std::vector<std::shared_ptr<void>> other_buffers_;
   std::vector<uint16_t> x_bf16_;  // scratch for bf16 weights
 };
 

@@ -148,7 +148,10 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, LinearTest,
     ::testing::Values(Case{DType::kF32, 37, 29}, Case{DType::kF32, 259, 1001},
                       Case{DType::kF32, 1, 7}, Case{DType::kBF16, 37, 29},
-                      Case{DType::kBF16, 259, 1001}, Case{DType::kBF16, 1, 7}),
+                      Case{DType::kBF16, 259, 1001}, Case{DType::kBF16, 1, 7},
+                      // >= 2 MiB: packed on huge pages.
+                      Case{DType::kF32, 1031, 517},
+                      Case{DType::kBF16, 2053, 517}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::string(DTypeName(info.param.dtype)) + "_n" +
              std::to_string(info.param.n) + "_k" + std::to_string(info.param.k);
