@@ -2,7 +2,8 @@
 // measured in the same run: memory read bandwidth for decode (which reads
 // every K and V once per token) and a oneDNN sgemm for prefill.
 //
-//   attention_bench [--json] [--block_tokens=N] [--quick]
+//   attention_bench [--json] [--block_tokens=N] [--quick] [--decode_only]
+//                   [--fused_only]
 //
 // Decode runs cold: every call reads a different copy of the batch's KV
 // cache, and the copies together exceed the L3 cache.
@@ -200,7 +201,8 @@ void PrintDecode(const Env& env, const char* kind, AttentionPath path,
   std::fflush(stdout);
 }
 
-void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only) {
+void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only,
+               bool decode_only, bool fused_only) {
   if (!env.json) {
     std::printf("\n%-11s %-6s %-4s %5s %6s %4s %10s %10s %6s %6s %6s %6s\n",
                 "kind", "path", "dtype", "batch", "T", "bt", "us/call",
@@ -209,6 +211,7 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only) {
   // Block size sweep: the evidence for BlockPoolOptions' default.
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int bt : {16, 32, 64, 128, 256}) {
+      if (decode_only) break;
       Fixture f(dtype, bt, 1, 4096, 3 * kL3Bytes);
       PrintDecode(env, "block_sweep", AttentionPath::kFused, dtype, 1, 4096, bt,
                   TimeDecode(env, f, AttentionPath::kFused, 1, 4096, dtype));
@@ -219,9 +222,11 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only) {
     for (int batch : {1, 8}) {
       for (int64_t T : {512, 4096, 32768}) {
         if (quick && T == 32768 && batch == 8) continue;
+        if (decode_only && T < 4096) continue;
         Fixture f(dtype, block_tokens, batch, T, 3 * kL3Bytes);
         for (AttentionPath path :
              {AttentionPath::kFused, AttentionPath::kOneDnn}) {
+          if (fused_only && path != AttentionPath::kFused) continue;
           PrintDecode(env, "decode", path, dtype, batch, T, block_tokens,
                       TimeDecode(env, f, path, batch, T, dtype));
         }
@@ -326,7 +331,11 @@ int main(int argc, char** argv) {
         bandwidth);
   }
   const bool sweep_only = bench::HasFlag(argc, argv, "--sweep_only");
-  RunDecode(env, block_tokens, quick, sweep_only);
-  if (!sweep_only) RunPrefill(env, block_tokens);
+  // --decode_only: the decode cases with T >= 4096 only (no block sweep, no
+  // prefill); --fused_only: skip the oneDNN decode path. For quick A/B runs.
+  const bool decode_only = bench::HasFlag(argc, argv, "--decode_only");
+  const bool fused_only = bench::HasFlag(argc, argv, "--fused_only");
+  RunDecode(env, block_tokens, quick, sweep_only, decode_only, fused_only);
+  if (!sweep_only && !decode_only) RunPrefill(env, block_tokens);
   return 0;
 }
