@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/json_writer.h"
 #include "dnnl.hpp"
 
 namespace kvserve::bench {
@@ -104,19 +105,13 @@ std::string OmpWaitPolicy() {
 
 void JsonLine::Key(std::string_view key) {
   if (!body_.empty()) body_ += ", ";
-  body_ += '"';
-  body_.append(key.data(), key.size());
-  body_ += "\": ";
+  AppendJsonString(absl::string_view(key.data(), key.size()), &body_);
+  body_ += ": ";
 }
 
 JsonLine& JsonLine::Add(std::string_view key, std::string_view value) {
   Key(key);
-  body_ += '"';
-  for (char c : value) {
-    if (c == '"' || c == '\\') body_ += '\\';
-    body_ += c;
-  }
-  body_ += '"';
+  AppendJsonString(absl::string_view(value.data(), value.size()), &body_);
   return *this;
 }
 
