@@ -548,6 +548,6 @@ int Main(int argc, char** argv) {
 }  // namespace kvserve
 
 int main(int argc, char** argv) {
-  kvserve::bench::ExecWithPassiveOmpWaitUnlessSet(argv);
+  kvserve::ExecWithPassiveOmpWaitUnlessSet(argv);
   return kvserve::Main(argc, argv);
 }

@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/util/omp_wait.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -171,6 +172,7 @@ int Serve() {
 }  // namespace kvserve
 
 int main(int argc, char** argv) {
+  kvserve::ExecWithPassiveOmpWaitUnlessSet(argv);
   absl::SetProgramUsageMessage(
       "Serves a Llama-family model over gRPC with server-side KV sessions.\n"
       "Every --flag can also come from the environment as KVSERVE_FLAG.");

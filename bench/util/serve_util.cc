@@ -214,12 +214,6 @@ std::string KvserveProcess::stderr_text() const {
   return stderr_text_;
 }
 
-void ExecWithPassiveOmpWaitUnlessSet(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);
-}
-
 double Quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());

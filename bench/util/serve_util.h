@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/model/config.h"
 #include "core/model/gguf_random_model.h"
+#include "core/util/omp_wait.h"
 
 namespace kvserve::bench {
 
@@ -91,13 +92,6 @@ class KvserveProcess {
   mutable std::mutex mu_;
   std::string stderr_text_;  // guarded by mu_
 };
-
-// When OMP_WAIT_POLICY is unset, sets it to "passive" and re-executes this
-// program (libgomp reads it only at start; children inherit it). On this
-// shared 2-core machine spinning OpenMP workers make decode steps 10-50x
-// slower (decode_bench, OMP_WAIT_POLICY=active vs passive). Returns only when
-// the policy was already set or the exec failed.
-void ExecWithPassiveOmpWaitUnlessSet(char** argv);
 
 // The q-quantile (0..1, nearest rank) of `values` (copied); 0 when empty.
 double Quantile(std::vector<double> values, double q);
