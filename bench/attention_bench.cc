@@ -20,8 +20,8 @@
 #include "absl/strings/str_format.h"
 #include "bench/util/bench_util.h"
 #include "core/attention/gqa_attention.h"
-#include "core/kv/bf16.h"
 #include "core/kv/block_table.h"
+#include "core/util/bf16.h"
 
 namespace kvserve {
 namespace {

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "core/kv/bf16.h"
+#include "core/util/bf16.h"
 
 namespace kvserve::attention_internal {
 

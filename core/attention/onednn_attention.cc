@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/dnnl/context.h"
-#include "core/kv/bf16.h"
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve::attention_internal {

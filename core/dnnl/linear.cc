@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/dnnl/context.h"
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {
@@ -54,33 +55,6 @@ dnnl::memory Reordered(dnnl::memory from, const dnnl::memory::desc& layout,
 
 }  // namespace
 
-uint16_t F32ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40;  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float Bf16ToF32(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-void ConvertF32ToBf16(const float* src, int64_t n, uint16_t* dst) {
-  // F32ToBf16 without a branch, so that the loop vectorises.
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &src[i], sizeof bits);
-    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const uint32_t nan = (bits >> 16) | 0x40;
-    dst[i] = static_cast<uint16_t>(
-        (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-  }
-}
-
 Linear::Linear(const WeightTensor& weight)
     : Linear(absl::Span<const WeightTensor>(&weight, 1)) {}
 
@@ -106,7 +80,7 @@ Linear::Linear(absl::Span<const WeightTensor> weights) {
       } else {
         const uint16_t* in = static_cast<const uint16_t*>(w.data);
         float* f = reinterpret_cast<float*>(out);
-        for (int64_t i = 0; i < w.rows * w.cols; ++i) f[i] = Bf16ToF32(in[i]);
+        for (int64_t i = 0; i < w.rows * w.cols; ++i) f[i] = Bf16ToFloat(in[i]);
       }
       out += w.rows * w.cols * DTypeSize(dtype_);
     }
@@ -167,7 +141,7 @@ void Linear::Forward(const float* x, int64_t m, float* y) {
   if (dtype_ == DType::kBF16) {
     const int64_t n = m * k_;
     if (static_cast<int64_t>(x_bf16_.size()) < n) x_bf16_.resize(n);
-    ConvertF32ToBf16(x, n, x_bf16_.data());
+    ConvertFloatToBf16(x, n, x_bf16_.data());
     src = x_bf16_.data();
   }
   dnnl::memory src_mem(c.src_md, DnnlEngine(), const_cast<void*>(src));

@@ -69,11 +69,6 @@ class Linear {
   std::vector<uint16_t> x_bf16_;  // scratch for bf16 weights
 };
 
-// f32 <-> bf16 (round to nearest even; NaN stays NaN).
-uint16_t F32ToBf16(float f);
-float Bf16ToF32(uint16_t h);
-void ConvertF32ToBf16(const float* src, int64_t n, uint16_t* dst);
-
 }  // namespace kvserve
 
 #endif  // KVSERVE_CORE_DNNL_LINEAR_H_

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/kv/bf16.h"
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/kv/bf16.h"
 #include "core/model/fingerprint.h"
 #include "core/model/gguf_tensor.h"
 #include "core/tokenizer/vocab.h"
+#include "core/util/bf16.h"
 
 namespace kvserve {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
-#include "core/kv/bf16.h"
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {

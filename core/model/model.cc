@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {
@@ -78,7 +79,7 @@ void Model::Embed(int32_t token, float* out) const {
     std::memcpy(out, e.f32() + token * dim, dim * sizeof(float));
   } else {
     const uint16_t* row = static_cast<const uint16_t*>(e.data) + token * dim;
-    for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToF32(row[i]);
+    for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToFloat(row[i]);
   }
 }
 

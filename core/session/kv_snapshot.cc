@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/kv/bf16.h"
 #include "core/model/fingerprint.h"
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 
 namespace kvserve {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/kv/bf16.h"
 #include "core/kv/block_table.h"
+#include "core/util/bf16.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/util/bf16.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -28,9 +29,10 @@ struct Matrix {
     tensor.cols = cols;
     if (dtype == DType::kBF16) {
       bf16.resize(values.size());
-      ConvertF32ToBf16(values.data(), values.size(), bf16.data());
+      ConvertFloatToBf16(values.data(), values.size(), bf16.data());
       // The reference sees the weights as stored.
-      for (size_t i = 0; i < values.size(); ++i) values[i] = Bf16ToF32(bf16[i]);
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = Bf16ToFloat(bf16[i]);
       tensor.data = bf16.data();
     } else {
       tensor.data = values.data();
@@ -64,7 +66,8 @@ void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
         double ref = 0, mag = 0;
         for (int64_t i = 0; i < k; ++i) {
           double xv = x[r * k + i];
-          if (dtype == DType::kBF16) xv = Bf16ToF32(F32ToBf16(x[r * k + i]));
+          if (dtype == DType::kBF16)
+            xv = Bf16ToFloat(FloatToBf16(x[r * k + i]));
           const double p = xv * w->values[j * k + i];
           ref += p;
           mag += std::abs(p);
@@ -157,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.n) + "_k" + std::to_string(info.param.k);
     });
 
-TEST(ConvertF32ToBf16Test, MatchesScalarRoundingIncludingSpecialValues) {
+TEST(ConvertFloatToBf16Test, MatchesScalarRoundingIncludingSpecialValues) {
   std::vector<float> x = {0.0f,
                           -0.0f,
                           1.0f,
@@ -179,14 +182,14 @@ TEST(ConvertF32ToBf16Test, MatchesScalarRoundingIncludingSpecialValues) {
     x.push_back(f);
   }
   std::vector<uint16_t> out(x.size());
-  ConvertF32ToBf16(x.data(), x.size(), out.data());
+  ConvertFloatToBf16(x.data(), x.size(), out.data());
   for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_EQ(out[i], F32ToBf16(x[i])) << "x[" << i << "] = " << x[i];
+    EXPECT_EQ(out[i], FloatToBf16(x[i])) << "x[" << i << "] = " << x[i];
   }
-  EXPECT_EQ(F32ToBf16(1.00390625f), 0x3f80);  // ties to even: down
-  EXPECT_EQ(F32ToBf16(1.01171875f), 0x3f82);  // ties to even: up
-  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(x[10]))));
-  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(x[11]))));
+  EXPECT_EQ(FloatToBf16(1.00390625f), 0x3f80);  // ties to even: down
+  EXPECT_EQ(FloatToBf16(1.01171875f), 0x3f82);  // ties to even: up
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(x[10]))));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(x[11]))));
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/kv/bf16.h"
+#include "core/util/bf16.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <string>
 
-#include "core/kv/bf16.h"
 #include "core/model/gguf_tensor.h"
 #include "core/model/loader.h"
+#include "core/util/bf16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"

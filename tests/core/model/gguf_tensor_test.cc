@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kv/bf16.h"
+#include "core/util/bf16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

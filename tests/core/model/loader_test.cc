@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "core/kv/bf16.h"
 #include "core/model/fingerprint.h"
 #include "core/model/gguf_random_model.h"
 #include "core/model/gguf_writer.h"
+#include "core/util/bf16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
