@@ -875,7 +875,10 @@ void Engine::CreateSession(CreateSessionParams params,
             new CreateSessionSink([this, id, shared_done](absl::Status status) {
               absl::StatusOr<Session*> found = sessions_->Lookup(id, "");
               if (!status.ok()) {
-                if (found.ok() && !(*found)->busy) sessions_->Delete(id);
+                if (found.ok() && !(*found)->busy) {
+                  sessions_->Delete(id);
+                  RemoveFiles(id);
+                }
                 std::move (*shared_done)(status);
               } else if (!found.ok()) {
                 std::move (*shared_done)(found.status());

@@ -261,6 +261,22 @@ TEST_F(SessionsTest, ClientChosenIdsAreCheckedAndUnique) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SessionsTest, AFailedCreateLeavesNoSessionBehind) {
+  const std::string dir = TempDir();
+  Served s = Served::Start({"--session_dir=" + dir});
+  v1::CreateSessionRequest request;
+  request.mutable_initial()->set_text(std::string(600, 'x'));  // > 512 tokens
+  EXPECT_EQ(s.client->CreateSession(request).status().code(),
+            absl::StatusCode::kOutOfRange);
+  auto list = s.client->ListSessions({});
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->sessions_size(), 0);
+  Served restarted = Served::Start({"--session_dir=" + dir});
+  list = restarted.client->ListSessions({});
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->sessions_size(), 0);
+}
+
 TEST_F(SessionsTest, ReplicasSharingADirectoryHandASessionBackAndForth) {
   const std::string dir = TempDir();
   Served a = Served::Start({"--session_dir=" + dir});
