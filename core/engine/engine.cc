@@ -308,13 +308,16 @@ void Engine::Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   if (fresh && bos >= 0 && (input.empty() || input.front() != bos)) {
     input.insert(input.begin(), bos);
   }
+  // Generating needs room for at least one more token.
   const int64_t total = session->tokens.size() + input.size();
-  if (total > max_context_) {
+  if (total > max_context_ || (p.generate && total == max_context_)) {
     drop_ephemeral();
     return fail(absl::OutOfRangeError(absl::StrFormat(
-        "the context is full: %d tokens in the session plus %d new exceed "
-        "the maximum of %d",
-        session->tokens.size(), input.size(), max_context_)));
+        "the context is full: %d tokens in the session plus %d new %s the "
+        "maximum of %d",
+        session->tokens.size(), input.size(),
+        total > max_context_ ? "exceed" : "leave no room to generate within",
+        max_context_)));
   }
   session->tokens.insert(session->tokens.end(), input.begin(), input.end());
   session->busy = true;

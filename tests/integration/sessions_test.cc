@@ -261,6 +261,20 @@ TEST_F(SessionsTest, ClientChosenIdsAreCheckedAndUnique) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SessionsTest, AFullContextEndsGenerationAndThenRefusesMore) {
+  Served s = Served::Start({"--max_context=40"});
+  const std::string id = s.Create(kPrompt);
+  Generated g = s.Continue(id, 100);
+  EXPECT_EQ(g.final_message.finish_reason(), v1::FINISH_REASON_CONTEXT_FULL);
+  EXPECT_EQ(g.ids.size(), 35u);
+  EXPECT_EQ(s.Get(id).num_tokens(), 40);
+  v1::GenerateRequest more = GreedyRequest(1);
+  more.set_session_id(id);
+  auto out = GenerateAll(*s.client, more);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(s.Get(id).num_tokens(), 40);  // nothing was appended
+}
+
 TEST_F(SessionsTest, AFailedCreateLeavesNoSessionBehind) {
   const std::string dir = TempDir();
   Served s = Served::Start({"--session_dir=" + dir});
