@@ -54,6 +54,7 @@ struct Engine::Sequence {
   absl::Time submitted, admitted, first_token, last_token;
   bool started = false;    // usage.prompt_tokens and cached are set
   bool preempted = false;  // its KV was taken; back to waiting after the step
+  bool scheduled = false;  // in the batch being built
   int32_t prev_token = -1;
   Usage usage;
 };
@@ -585,12 +586,12 @@ absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
       if (observer_) observer_->OnEviction("memory");
       continue;
     }
-    // Preempt the most recently admitted sequence not yet in this step.
+    // Preempt the most recently admitted sequence that holds blocks and is
+    // not in this step's batch yet: possibly `seq` itself.
     Sequence* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
       Sequence* candidate = it->get();
-      if (candidate == &seq) break;
-      if (!candidate->preempted &&
+      if (!candidate->preempted && !candidate->scheduled &&
           !candidate->session->kv.table.blocks().empty()) {
         victim = candidate;
         break;
@@ -600,6 +601,9 @@ absl::Status Engine::ReserveKv(Sequence& seq, int64_t end) {
     victim->session->kv.Clear();
     victim->preempted = true;
     if (observer_) observer_->OnPreemption();
+    if (victim == &seq) {
+      return absl::AbortedError("preempted to make room for older sequences");
+    }
   }
 }
 
@@ -629,6 +633,7 @@ void Engine::Step() {
   for (Sequence* seq : order) decode_tokens += seq->pending() == 1 ? 1 : 0;
   int64_t prefill_budget = PrefillBudget(decode_tokens);
   int64_t scheduled_decode = 0;
+  for (Sequence* seq : order) seq->scheduled = false;
   for (Sequence* seq : order) {
     if (seq->preempted || budget == 0) continue;
     Session& s = *seq->session;
@@ -642,15 +647,17 @@ void Engine::Step() {
     const int64_t n = std::min<int64_t>(
         {seq->pending(), budget, decode ? budget : prefill_budget});
     if (n == 0) continue;
-    absl::Status reserved = ReserveKv(*seq, start + n);
-    if (!reserved.ok()) {
-      // Nothing else can give way: this context cannot fit in the pool.
-      if (chunks.empty()) {
-        failed.push_back(seq);
-        seq->call->Cancel();
-      }
+    // A context that cannot fit even in the whole pool fails; any other
+    // waits (or is preempted) until older sequences make room.
+    const int64_t bt = pool_->options().block_tokens;
+    if ((static_cast<int64_t>(s.tokens.size()) + bt - 1) / bt >
+        pool_->num_blocks()) {
+      failed.push_back(seq);
+      seq->call->Cancel();
       continue;
     }
+    if (!ReserveKv(*seq, start + n).ok()) continue;
+    seq->scheduled = true;
     budget -= n;
     if (decode) {
       ++scheduled_decode;

@@ -261,6 +261,23 @@ TEST_F(SessionsTest, ClientChosenIdsAreCheckedAndUnique) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(SessionsTest, AContextLargerThanTheWholePoolFailsClearly) {
+  Served s = Served::Start({"--kv_cache_bytes=40960"});  // 2 blocks of 16
+  v1::GenerateRequest r = GreedyRequest(4);
+  r.mutable_prompt()->set_text(
+      "Once upon a time there was a little girl who liked to play outside "
+      "with her big red ball in the park");
+  auto out = GenerateAll(*s.client, r);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(out.status().message().find("--kv_cache_bytes"),
+            absl::string_view::npos);
+  // A context that fits still runs.
+  r.mutable_prompt()->set_text(kPrompt);
+  out = GenerateAll(*s.client, r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->ids, Golden(0, 4));
+}
+
 TEST_F(SessionsTest, AFullContextEndsGenerationAndThenRefusesMore) {
   Served s = Served::Start({"--max_context=40"});
   const std::string id = s.Create(kPrompt);
