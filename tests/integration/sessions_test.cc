@@ -347,6 +347,31 @@ TEST_F(SessionsTest, PreemptionUnderMemoryPressureChangesNoOutput) {
   EXPECT_GT(s.Metric("kvserve_preemptions_total"), 0);
 }
 
+TEST_F(SessionsTest, AnOlderPrefillAndANewerDecodeShareATinyPool) {
+  // Built-in model (a token per byte, 2 KiB of KV per token): A's 201-token
+  // prompt is prefilled 2 tokens a step while B, admitted later, decodes;
+  // A needs 15 blocks of 16, B 5, the pool has 17. However the two
+  // interleave, each gets the tokens it gets alone. (Whether a preemption
+  // happens depends on timing; PreemptionUnderMemoryPressure forces one.)
+  const std::string long_prompt(200, 'a');
+  std::vector<int32_t> a_alone, b_alone, a_crowded, b_crowded;
+  {
+    Served s = Served::Start({}, /*stories=*/false);
+    a_alone = s.Continue("", 24, long_prompt).ids;
+    b_alone = s.Continue("", 60, "Hello").ids;
+  }
+  Served s = Served::Start({"--kv_cache_bytes=557056", "--max_batch_tokens=2"},
+                           /*stories=*/false);
+  ASSERT_TRUE(s.client->GetModelInfo().ok());  // connected before the race
+  std::thread a([&] { a_crowded = s.Continue("", 24, long_prompt).ids; });
+  absl::SleepFor(absl::Milliseconds(5));
+  std::thread b([&] { b_crowded = s.Continue("", 60, "Hello").ids; });
+  a.join();
+  b.join();
+  EXPECT_EQ(a_crowded, a_alone);
+  EXPECT_EQ(b_crowded, b_alone);
+}
+
 TEST_F(SessionsTest, BatchedWithFifteenOthersEqualsAlone) {
   Served s = Served::Start({"--threads=1"});
   const std::vector<std::string> prompts = {
