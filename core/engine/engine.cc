@@ -164,16 +164,17 @@ void Engine::Drain() {
   draining_ = true;
 }
 
-void Engine::Post(absl::AnyInvocable<void() &&> command,
-                  absl::AnyInvocable<void(absl::Status) &&> rejected) {
+void Engine::Post(absl::AnyInvocable<void(absl::Status) &&> command) {
   {
     absl::MutexLock lock(&mu_);
     if (!draining_ && !stopping_) {
-      commands_.push_back(std::move(command));
+      commands_.push_back([command = std::move(command)]() mutable {
+        std::move(command)(absl::OkStatus());
+      });
       return;
     }
   }
-  std::move(rejected)(absl::UnavailableError("the server is shutting down"));
+  std::move(command)(absl::UnavailableError("the server is shutting down"));
 }
 
 void Engine::Submit(std::shared_ptr<GenerateCall> call) {
@@ -847,123 +848,102 @@ void Engine::ReportStats() {
 
 void Engine::CreateSession(CreateSessionParams params,
                            Callback<SessionInfo> done) {
-  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
-  Post(
-      [this, params = std::move(params), shared_done]() mutable {
-        Session* s = nullptr;
-        if (params.id.empty()) {
-          s = sessions_->Create(params.owner, params.ttl, absl::Now());
-        } else if (!IsValidSessionId(params.id)) {
-          return std::move(*shared_done)(absl::InvalidArgumentError(
-              absl::StrFormat("session_id \"%s\" is not 32 lowercase hex "
-                              "digits",
-                              params.id)));
-        } else if (FindSession(params.id, "").ok()) {
-          return std::move(*shared_done)(absl::AlreadyExistsError(
-              absl::StrFormat("session %s already exists", params.id)));
-        } else {
-          const absl::Time now = absl::Now();
-          s = sessions_->Insert(params.id, params.owner, params.ttl, now, now);
-        }
-        if (absl::Status logged = StartLog(*s); !logged.ok()) {
-          sessions_->Delete(s->id);
-          std::move (*shared_done)(logged);
-          return;
-        }
-        const auto* text = std::get_if<std::string>(&params.initial);
-        if (text != nullptr && text->empty()) {
-          std::move (*shared_done)(Describe(*s, false));
-          return;
-        }
-        GenerateParams gp;
-        gp.session_id = s->id;
-        gp.owner = params.owner;
-        gp.prompt = std::move(params.initial);
-        gp.generate = false;
-        const std::string id = s->id;
-        auto* sink =
-            new CreateSessionSink([this, id, shared_done](absl::Status status) {
-              absl::StatusOr<Session*> found = sessions_->Lookup(id, "");
-              if (!status.ok()) {
-                if (found.ok() && !(*found)->busy) {
-                  sessions_->Delete(id);
-                  RemoveFiles(id);
-                }
-                std::move (*shared_done)(status);
-              } else if (!found.ok()) {
-                std::move (*shared_done)(found.status());
-              } else {
-                std::move (*shared_done)(Describe(**found, false));
-              }
-            });
-        {
-          absl::MutexLock lock(&mu_);
-          ++queued_requests_;
-        }
-        Admit(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
-      },
-      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+  Post([this, params = std::move(params),
+        done = std::move(done)](absl::Status accepted) mutable {
+    if (!accepted.ok()) return std::move(done)(accepted);
+    Session* s = nullptr;
+    if (params.id.empty()) {
+      s = sessions_->Create(params.owner, params.ttl, absl::Now());
+    } else if (!IsValidSessionId(params.id)) {
+      return std::move(done)(absl::InvalidArgumentError(absl::StrFormat(
+          "session_id \"%s\" is not 32 lowercase hex digits", params.id)));
+    } else if (FindSession(params.id, "").ok()) {
+      return std::move(done)(absl::AlreadyExistsError(
+          absl::StrFormat("session %s already exists", params.id)));
+    } else {
+      const absl::Time now = absl::Now();
+      s = sessions_->Insert(params.id, params.owner, params.ttl, now, now);
+    }
+    if (absl::Status logged = StartLog(*s); !logged.ok()) {
+      sessions_->Delete(s->id);
+      return std::move(done)(logged);
+    }
+    const auto* text = std::get_if<std::string>(&params.initial);
+    if (text != nullptr && text->empty()) {
+      return std::move(done)(Describe(*s, false));
+    }
+    // The initial input is prefilled like an Append; the reply waits for it.
+    GenerateParams gp;
+    gp.session_id = s->id;
+    gp.owner = params.owner;
+    gp.prompt = std::move(params.initial);
+    gp.generate = false;
+    auto* sink =
+        new CreateSessionSink([this, id = s->id, done = std::move(done)](
+                                  absl::Status status) mutable {
+          absl::StatusOr<Session*> found = sessions_->Lookup(id, "");
+          if (status.ok() && found.ok()) {
+            return std::move(done)(Describe(**found, false));
+          }
+          if (found.ok() && !(*found)->busy) {
+            sessions_->Delete(id);
+            RemoveFiles(id);
+          }
+          std::move(done)(status.ok() ? found.status() : status);
+        });
+    {
+      absl::MutexLock lock(&mu_);
+      ++queued_requests_;
+    }
+    Admit(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
+  });
 }
 
 void Engine::GetSession(std::string id, std::string owner, bool include_tokens,
                         Callback<SessionInfo> done) {
-  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
-  Post(
-      [this, id, owner, include_tokens, shared_done] {
-        absl::StatusOr<Session*> s = FindSession(id, owner);
-        if (!s.ok()) return std::move(*shared_done)(s.status());
-        std::move (*shared_done)(Describe(**s, include_tokens));
-      },
-      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+  Reply<SessionInfo>(std::move(done),
+                     [=, this]() -> absl::StatusOr<SessionInfo> {
+                       absl::StatusOr<Session*> s = FindSession(id, owner);
+                       if (!s.ok()) return s.status();
+                       return Describe(**s, include_tokens);
+                     });
 }
 
 void Engine::ListSessions(std::string owner, std::string page_token,
                           int page_size, Callback<SessionList> done) {
-  auto shared_done = std::make_shared<Callback<SessionList>>(std::move(done));
-  Post(
-      [this, owner, page_token, page_size, shared_done] {
-        absl::StatusOr<SessionPage> page =
-            sessions_->List(owner, page_token, page_size);
-        if (!page.ok()) return std::move(*shared_done)(page.status());
-        SessionList list;
-        for (const Session* s : page->sessions) {
-          list.sessions.push_back(Describe(*s, false));
-        }
-        list.next_page_token = page->next_page_token;
-        std::move (*shared_done)(std::move(list));
-      },
-      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+  Reply<SessionList>(std::move(done),
+                     [=, this]() -> absl::StatusOr<SessionList> {
+                       absl::StatusOr<SessionPage> page =
+                           sessions_->List(owner, page_token, page_size);
+                       if (!page.ok()) return page.status();
+                       SessionList list;
+                       for (const Session* s : page->sessions) {
+                         list.sessions.push_back(Describe(*s, false));
+                       }
+                       list.next_page_token = page->next_page_token;
+                       return list;
+                     });
 }
 
 void Engine::DeleteSession(std::string id, std::string owner,
                            Callback<bool> done) {
-  auto shared_done = std::make_shared<Callback<bool>>(std::move(done));
-  Post(
-      [this, id, owner, shared_done] {
-        absl::StatusOr<Session*> s = FindSession(id, owner);
-        if (!s.ok()) return std::move(*shared_done)(s.status());
-        if ((*s)->busy) {
-          return std::move(*shared_done)(absl::FailedPreconditionError(
-              absl::StrFormat("session %s is busy with a Generate or Append; "
-                              "cancel it first",
-                              id)));
-        }
-        sessions_->Delete(id);
-        RemoveFiles(id);
-        if (observer_) observer_->OnEviction("deleted");
-        std::move (*shared_done)(true);
-      },
-      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+  Reply<bool>(std::move(done), [=, this]() -> absl::StatusOr<bool> {
+    absl::StatusOr<Session*> s = FindIdleSession(id, owner);
+    if (!s.ok()) return s.status();
+    sessions_->Delete(id);
+    RemoveFiles(id);
+    if (observer_) observer_->OnEviction("deleted");
+    return true;
+  });
 }
 
 void Engine::ForkSession(std::string id, std::string owner,
                          std::optional<absl::Duration> ttl,
                          Callback<SessionInfo> done) {
-  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
-  Post(
-      [this, id, owner, ttl, shared_done] {
+  Reply<SessionInfo>(
+      std::move(done), [=, this]() -> absl::StatusOr<SessionInfo> {
         absl::StatusOr<Session*> parent = FindSession(id, owner);
-        if (!parent.ok()) return std::move(*shared_done)(parent.status());
+        if (!parent.ok()) return parent.status();
         Session* child = sessions_->Create(
             (*parent)->owner, ttl.has_value() ? ttl : (*parent)->ttl,
             absl::Now());
@@ -971,41 +951,40 @@ void Engine::ForkSession(std::string id, std::string owner,
         child->kv = (*parent)->kv.Fork();
         if (absl::Status logged = StartLog(*child); !logged.ok()) {
           sessions_->Delete(child->id);
-          return std::move(*shared_done)(logged);
+          return logged;
         }
-        std::move (*shared_done)(Describe(*child, false));
-      },
-      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+        return Describe(*child, false);
+      });
 }
 
 void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
                              Callback<SessionInfo> done) {
-  auto shared_done = std::make_shared<Callback<SessionInfo>>(std::move(done));
-  Post(
-      [this, id, owner, tokens, shared_done] {
-        absl::StatusOr<Session*> found = FindSession(id, owner);
-        if (!found.ok()) return std::move(*shared_done)(found.status());
+  Reply<SessionInfo>(
+      std::move(done), [=, this]() -> absl::StatusOr<SessionInfo> {
+        absl::StatusOr<Session*> found = FindIdleSession(id, owner);
+        if (!found.ok()) return found.status();
         Session& s = **found;
-        if (s.busy) {
-          return std::move(*shared_done)(
-              absl::FailedPreconditionError(absl::StrFormat(
-                  "session %s is busy with a Generate or Append", id)));
-        }
         if (tokens < 0 || tokens > static_cast<int64_t>(s.tokens.size())) {
-          return std::move(*shared_done)(absl::InvalidArgumentError(
-              absl::StrFormat("tokens must be in [0, %d] for session %s, "
-                              "got %d",
-                              s.tokens.size(), id, tokens)));
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "tokens must be in [0, %d] for session %s, got %d",
+              s.tokens.size(), id, tokens));
         }
         s.tokens.resize(tokens);
-        if (absl::Status logged = TruncateLog(s); !logged.ok()) {
-          return std::move(*shared_done)(logged);
-        }
+        if (absl::Status logged = TruncateLog(s); !logged.ok()) return logged;
         if (s.kv.table.num_tokens() > tokens) s.kv.Truncate(tokens);
         s.last_used = absl::Now();
-        std::move (*shared_done)(Describe(s, false));
-      },
-      [shared_done](absl::Status s) { std::move (*shared_done)(s); });
+        return Describe(s, false);
+      });
+}
+
+absl::StatusOr<Session*> Engine::FindIdleSession(std::string_view id,
+                                                 std::string_view owner) {
+  absl::StatusOr<Session*> s = FindSession(id, owner);
+  if (s.ok() && (*s)->busy) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "session %s is busy with a Generate or Append; cancel it first", id));
+  }
+  return s;
 }
 
 }  // namespace kvserve

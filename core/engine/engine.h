@@ -106,10 +106,18 @@ class Engine {
   Engine(const EngineOptions& options, const ModelWeights* weights,
          const Tokenizer* tokenizer, EngineObserver* observer);
 
-  // Runs `command` on the engine thread, or `rejected` at once when the
-  // engine no longer accepts work.
-  void Post(absl::AnyInvocable<void() &&> command,
-            absl::AnyInvocable<void(absl::Status) &&> rejected);
+  // Runs `command` with OK on the engine thread, or at once with
+  // UNAVAILABLE when the engine no longer accepts work.
+  void Post(absl::AnyInvocable<void(absl::Status) &&> command);
+  // Runs `body` on the engine thread and hands its result to `done`.
+  template <typename T, typename Body>
+  void Reply(Callback<T> done, Body body) {
+    Post([done = std::move(done),
+          body = std::move(body)](absl::Status accepted) mutable {
+      if (!accepted.ok()) return std::move(done)(accepted);
+      std::move(done)(body());
+    });
+  }
 
   void Loop();
   void Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted);
@@ -122,6 +130,9 @@ class Engine {
   int64_t PrefillBudget(int64_t decode_tokens) const;
   // Updates the step-cost averages PrefillBudget uses.
   void LearnStepCost(int64_t decode_tokens, int64_t tokens, double seconds);
+  // As FindSession; FAILED_PRECONDITION while a request runs on it.
+  absl::StatusOr<Session*> FindIdleSession(std::string_view id,
+                                           std::string_view owner);
   // A session in memory, or loaded from the session directory.
   absl::StatusOr<Session*> FindSession(std::string_view id,
                                        std::string_view owner);
