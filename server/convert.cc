@@ -50,23 +50,15 @@ absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
   p.session_id = request.session_id();
   p.owner = request.owner();
   p.prompt = FromProto(request.prompt());
-  p.max_tokens = default_max_tokens;
-  if (request.has_max_tokens()) {
-    if (request.max_tokens() <= 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "max_tokens must be positive, got %d", request.max_tokens()));
-    }
-    p.max_tokens = request.max_tokens();
-  }
+  // Ranges are checked by the engine (ValidateGenerateParams).
+  p.max_tokens =
+      request.has_max_tokens() ? request.max_tokens() : default_max_tokens;
   const v1::SamplingParams& s = request.sampling();
   if (s.has_temperature()) p.sampling.temperature = s.temperature();
   if (s.has_top_k()) p.sampling.top_k = s.top_k();
   if (s.has_top_p()) p.sampling.top_p = s.top_p();
   p.sampling.seed =
       s.has_seed() ? s.seed() : absl::Uniform<uint64_t>(absl::BitGen());
-  if (absl::Status st = ValidateSamplingOptions(p.sampling); !st.ok()) {
-    return st;
-  }
   if (request.stop_size() > kMaxStopStrings) {
     return absl::InvalidArgumentError(
         absl::StrFormat("at most %d stop strings, got %d", kMaxStopStrings,
@@ -81,14 +73,7 @@ absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
     p.stop.push_back(stop);
   }
   p.ignore_eos = request.ignore_eos();
-  if (request.has_logprobs()) {
-    if (request.logprobs() < 0 || request.logprobs() > kMaxTopLogprobs) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("logprobs must be in [0, %d], got %d",
-                          kMaxTopLogprobs, request.logprobs()));
-    }
-    p.logprobs = request.logprobs();
-  }
+  if (request.has_logprobs()) p.logprobs = request.logprobs();
   return p;
 }
 

@@ -177,9 +177,23 @@ void Engine::Post(absl::AnyInvocable<void(absl::Status) &&> command) {
   std::move(command)(absl::UnavailableError("the server is shutting down"));
 }
 
+absl::Status ValidateGenerateParams(const GenerateParams& p) {
+  if (!p.generate) return absl::OkStatus();
+  if (p.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_tokens must be positive, got %d", p.max_tokens));
+  }
+  if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs));
+  }
+  return ValidateSamplingOptions(p.sampling);
+}
+
 void Engine::Submit(std::shared_ptr<GenerateCall> call) {
-  absl::Status rejected;
-  {
+  // Bad arguments are reported as such, even when the queue is full.
+  absl::Status rejected = ValidateGenerateParams(call->params());
+  if (rejected.ok()) {
     absl::MutexLock lock(&mu_);
     if (draining_ || stopping_) {
       rejected = absl::UnavailableError("the server is shutting down");
@@ -256,19 +270,6 @@ void Engine::Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
     }
     call->sink()->OnFinish(std::move(status));
   };
-  if (p.generate) {
-    if (p.max_tokens < 1) {
-      return fail(absl::InvalidArgumentError(absl::StrFormat(
-          "max_tokens must be positive, got %d", p.max_tokens)));
-    }
-    if (absl::Status s = ValidateSamplingOptions(p.sampling); !s.ok()) {
-      return fail(s);
-    }
-    if (p.logprobs > kMaxTopLogprobs) {
-      return fail(absl::InvalidArgumentError(absl::StrFormat(
-          "logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs)));
-    }
-  }
   const absl::Time now = absl::Now();
   Session* session;
   if (p.session_id.empty()) {

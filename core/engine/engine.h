@@ -189,6 +189,10 @@ class Engine {
 
 std::string_view FinishReasonName(FinishReason reason);
 
+// INVALID_ARGUMENT naming the field for a Generate's max_tokens, sampling or
+// logprobs out of range (an Append has none to check).
+absl::Status ValidateGenerateParams(const GenerateParams& params);
+
 }  // namespace kvserve
 
 #endif  // KVSERVE_CORE_ENGINE_ENGINE_H_

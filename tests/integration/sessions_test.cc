@@ -460,9 +460,12 @@ TEST_F(SessionsTest, AFullQueueIsResourceExhaustedNamingTheLimit) {
   v1::GenerateRequest r = GreedyRequest(4);
   r.mutable_prompt()->set_text(kPrompt);
   auto third = GenerateAll(*s.client, r);
+  r.set_max_tokens(0);  // bad input is reported as such, queue full or not
+  auto bad = GenerateAll(*s.client, r);
   cancel.Cancel();
   for (auto& t : busy) t.join();
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(third.status().message().find("max_queued_requests"),
             absl::string_view::npos);
   EXPECT_GE(s.Metric("kvserve_requests_rejected_total"), 1);
