@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -480,7 +479,7 @@ absl::Status Engine::TruncateLog(Session& s) {
   if (s.has_snapshot) {
     // It may hold positions past the new end; it is rewritten when needed.
     s.has_snapshot = false;
-    std::remove(session_dir_->SnapshotPath(s.id).c_str());
+    session_dir_->RemoveSnapshot(s.id);
   }
   absl::StatusOr<int64_t> size =
       session_dir_->Append(s.id, s.tokens.size(), {});
@@ -527,7 +526,7 @@ void Engine::RestoreSnapshot(Sequence& seq) {
     Warn(absl::StrFormat("session %s: KV snapshot ignored, re-prefilling: %s",
                          s.id, n.status().message()));
     s.has_snapshot = false;
-    std::remove(path.c_str());
+    session_dir_->RemoveSnapshot(s.id);
     return;
   }
   int64_t restore = *n;

@@ -204,6 +204,10 @@ absl::Status SessionDir::Remove(std::string_view id) {
   return absl::OkStatus();
 }
 
+void SessionDir::RemoveSnapshot(std::string_view id) {
+  if (IsValidId(id)) ::unlink(SnapshotPath(id).c_str());
+}
+
 absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
   if (!IsValidId(id)) {
     return absl::NotFoundError(absl::StrFormat("session %s not found", id));

@@ -54,6 +54,8 @@ class SessionDir {
   int64_t LogSize(std::string_view id) const;
   // Deletes the log and any snapshot.
   absl::Status Remove(std::string_view id);
+  // Deletes the snapshot, if any (it no longer matches the history).
+  void RemoveSnapshot(std::string_view id);
   // Replays a log. NOT_FOUND when there is none; DATA_LOSS when even its
   // header is unreadable.
   absl::StatusOr<StoredSession> Load(std::string_view id) const;
