@@ -10,7 +10,7 @@ RUN_FLAGS ?=
 DEPS := cmake make g++ pkg-config clang-format \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev \
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
 
 CXX_FILES = $(shell git ls-files '*.cc' '*.h' 2>/dev/null)
 

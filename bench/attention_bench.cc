@@ -20,8 +20,10 @@
 #include "absl/strings/str_format.h"
 #include "bench/util/bench_util.h"
 #include "core/attention/gqa_attention.h"
+#include "core/dnnl/context.h"
 #include "core/kv/block_table.h"
 #include "core/util/bf16.h"
+#include "core/util/cpu_features.h"
 
 namespace kvserve {
 namespace {
@@ -137,12 +139,16 @@ struct DecodeResult {
 constexpr int kRounds = 5;
 constexpr double kRoundSeconds = 0.06;
 
-DecodeResult TimeDecode(const Env& env, const Fixture& f, AttentionPath path,
-                        int batch, int64_t T, DType dtype) {
+// UNIMPLEMENTED where this CPU has no kernels for the path and dtype.
+absl::StatusOr<DecodeResult> TimeDecode(const Env& env, const Fixture& f,
+                                        AttentionPath path, int batch,
+                                        int64_t T, DType dtype) {
   GqaAttentionOptions o;
   o.n_heads = kHeads;
   o.decode_path = path;
-  auto attention = std::move(GqaAttention::Create(f.pool(), o)).value();
+  auto created = GqaAttention::Create(f.pool(), o);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<GqaAttention> attention = *std::move(created);
   const std::vector<float> q =
       RandomVector(int64_t{batch} * kHeads * kHeadDim, 7);
   std::vector<float> out(q.size());
@@ -171,7 +177,27 @@ DecodeResult TimeDecode(const Env& env, const Fixture& f, AttentionPath path,
 
 void PrintDecode(const Env& env, const char* kind, AttentionPath path,
                  DType dtype, int batch, int64_t T, int block_tokens,
-                 const DecodeResult& r) {
+                 const absl::StatusOr<DecodeResult>& result) {
+  if (!result.ok()) {
+    if (env.json) {
+      std::printf("%s\n", bench::JsonLine()
+                              .Add("kind", kind)
+                              .Add("path", PathName(path))
+                              .Add("dtype", DTypeName(dtype))
+                              .Add("batch", batch)
+                              .Add("T", T)
+                              .Add("skipped", result.status().message())
+                              .str()
+                              .c_str());
+    } else {
+      std::printf("%-11s %-6s %-4s %5d %6lld %4d skipped: %s\n", kind,
+                  PathName(path), std::string(DTypeName(dtype)).c_str(), batch,
+                  static_cast<long long>(T), block_tokens,
+                  std::string(result.status().message()).c_str());
+    }
+    return;
+  }
+  const DecodeResult& r = *result;
   const double ratio = r.gbps / r.bandwidth_gbps;
   if (env.json) {
     std::printf("%s\n", bench::JsonLine()
@@ -317,6 +343,9 @@ int main(int argc, char** argv) {
     std::printf("%s\n", bench::JsonLine()
                             .Add("kind", "bandwidth")
                             .Add("bandwidth_gbps", bandwidth)
+                            .Add("isa", IsaLevelName(EffectiveIsa()))
+                            .Add("cpu", CpuFeatureString(Cpu()))
+                            .Add("onednn_isa", DnnlIsaName())
                             .Add("threads", env.threads)
                             .Add("omp_wait_policy", bench::OmpWaitPolicy())
                             .str()
@@ -324,11 +353,12 @@ int main(int argc, char** argv) {
   } else {
     std::printf(
         "attention_bench: n_heads %d, n_kv_heads %d, head_dim %d, %d threads, "
-        "OMP_WAIT_POLICY=%s\nread bandwidth (streaming sum over 1 GiB): %.1f "
+        "OMP_WAIT_POLICY=%s\n%s; oneDNN ISA %s\nread bandwidth (streaming sum "
+        "over 1 GiB): %.1f "
         "GB/s; re-measured beside every decode case (bw column), which its "
         "ratio uses\n",
         kHeads, kKvHeads, kHeadDim, env.threads, bench::OmpWaitPolicy().c_str(),
-        bandwidth);
+        CpuSummary().c_str(), DnnlIsaName().c_str(), bandwidth);
   }
   const bool sweep_only = bench::HasFlag(argc, argv, "--sweep_only");
   // --decode_only: the decode cases with T >= 4096 only (no block sweep, no

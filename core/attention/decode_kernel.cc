@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "core/util/bf16.h"
+#include "core/util/cpu_features.h"
 
 namespace kvserve::attention_internal {
 
@@ -411,30 +412,11 @@ inline DecodeKernel Select(int head_dim) {
 #pragma GCC pop_options
 
 Isa BestIsa() {
-  static const Isa best = [] {
-    __builtin_cpu_init();
-    Isa isa = Isa::kScalar;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      isa = Isa::kAvx2;
-    }
-    if (isa == Isa::kAvx2 && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq")) {
-      isa = Isa::kAvx512;
-      if (__builtin_cpu_supports("avx512bf16")) isa = Isa::kAvx512Bf16;
-    }
-    if (const char* cap = std::getenv("KVSERVE_ISA")) {
-      const std::string_view c(cap);
-      const Isa limit = c == "scalar"   ? Isa::kScalar
-                        : c == "avx2"   ? Isa::kAvx2
-                        : c == "avx512" ? Isa::kAvx512
-                                        : Isa::kAvx512Bf16;
-      isa = std::min(isa, limit);
-    }
-    return isa;
-  }();
-  return best;
+  const CpuFeatures& cpu = Cpu();
+  if (cpu.avx512() && cpu.fma) {
+    return cpu.avx512_bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
+  }
+  return cpu.avx2 && cpu.fma ? Isa::kAvx2 : Isa::kScalar;
 }
 
 std::string_view IsaName(Isa isa) {

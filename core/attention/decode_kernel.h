@@ -2,10 +2,10 @@
 // the unnormalised attention state of all kv_mul query heads of the group,
 // in one pass over the blocks' K and V (online softmax across blocks).
 //
-// Internal to core/attention. Variants, chosen once at run time from the
-// CPU's features (the build has no -march flags): AVX-512 with AVX512_BF16
-// dot products for bf16 caches, AVX-512 FMA (f32, and bf16 widened to f32),
-// AVX2, and a portable scalar one for any head_dim.
+// Internal to core/attention. Variants, chosen at run time from Cpu()
+// (core/util/cpu_features.h; the build has no -march flags): AVX-512 with
+// AVX512_BF16 dot products for bf16 caches, AVX-512 FMA (f32, and bf16 widened
+// to f32), AVX2, and a portable scalar one for any head_dim.
 //
 // Thread-safety: kernels are pure functions of their arguments; each
 // thread passes its own scratch and state.
@@ -55,8 +55,8 @@ using DecodeKernel = void (*)(const DecodeArgs& args, PartialState out);
 
 // kAvx512Bf16 adds AVX512_BF16 dot products for bf16 caches.
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
-// The best ISA this CPU supports; the environment variable
-// KVSERVE_ISA=scalar|avx2|avx512 caps it (for tests and benchmarks).
+// The best variant for Cpu() (core/util/cpu_features.h: the CPU's features
+// under the KVSERVE_MAX_ISA cap).
 Isa BestIsa();
 std::string_view IsaName(Isa isa);
 // The fastest kernel for the shape on `isa`.

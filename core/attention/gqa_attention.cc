@@ -12,7 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "core/attention/decode_kernel.h"
 #include "core/attention/onednn_attention.h"
+#include "core/dnnl/context.h"
 #include "core/util/check.h"
+#include "core/util/cpu_features.h"
 
 namespace kvserve {
 namespace {
@@ -304,6 +306,14 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "GqaAttention: n_heads %d is not a positive multiple of n_kv_heads %d",
         options.n_heads, po.n_kv_heads));
+  }
+  if (po.dtype == DType::kBF16 &&
+      options.decode_path == AttentionPath::kOneDnn && !DnnlHasBf16Matmul()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "GqaAttention: the oneDNN decode path over a bf16 KV cache needs bf16 "
+        "matmuls, which oneDNN has no kernel for at ISA %s (CPU level %s); "
+        "the fused path serves it",
+        DnnlIsaName(), IsaLevelName(EffectiveIsa())));
   }
   auto impl = std::make_unique<Impl>();
   impl->pool = pool;

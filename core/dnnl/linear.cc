@@ -6,9 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
 #include "core/dnnl/context.h"
 #include "core/util/bf16.h"
-#include "core/util/check.h"
+#include "core/util/cpu_features.h"
 
 namespace kvserve {
 namespace {
@@ -55,15 +56,42 @@ dnnl::memory Reordered(dnnl::memory from, const dnnl::memory::desc& layout,
 
 }  // namespace
 
-Linear::Linear(const WeightTensor& weight)
-    : Linear(absl::Span<const WeightTensor>(&weight, 1)) {}
+absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
+    absl::Span<const WeightTensor> weights, int64_t max_rows) {
+  if (weights.empty()) return absl::InvalidArgumentError("Linear: no weights");
+  for (const WeightTensor& w : weights) {
+    if (w.cols != weights[0].cols || w.rows <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Linear: a [%d x %d] matrix cannot be stacked with [%d x %d]", w.rows,
+          w.cols, weights[0].rows, weights[0].cols));
+    }
+  }
+  std::unique_ptr<Linear> linear(new Linear());
+  int64_t m = 0;
+  try {
+    linear->Init(weights);
+    for (int64_t rows : {int64_t{1}, std::max<int64_t>(1, max_rows)}) {
+      m = rows;
+      linear->PrimitiveFor(m);
+    }
+  } catch (const dnnl::error& e) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "Linear %s: oneDNN has no matmul for it%s at ISA %s (CPU level %s): "
+        "%s",
+        linear->Describe(), m > 0 ? absl::StrFormat(" with %d rows", m) : "",
+        DnnlIsaName(), IsaLevelName(EffectiveIsa()), e.what()));
+  }
+  return linear;
+}
 
-Linear::Linear(absl::Span<const WeightTensor> weights) {
-  KVSERVE_CHECK(!weights.empty());
+std::string Linear::Describe() const {
+  return absl::StrFormat("[%d x %d] %s", n_, k_, DTypeName(dtype_));
+}
+
+void Linear::Init(absl::Span<const WeightTensor> weights) {
   dtype_ = weights[0].dtype;
   k_ = weights[0].cols;
   for (const WeightTensor& w : weights) {
-    KVSERVE_CHECK(w.cols == k_ && w.rows > 0);
     if (w.dtype != dtype_) dtype_ = DType::kF32;  // mixed: stacked in f32
     n_ += w.rows;
   }
@@ -135,7 +163,7 @@ Linear::Cached& Linear::PrimitiveFor(int64_t m) {
       .first->second;
 }
 
-void Linear::Forward(const float* x, int64_t m, float* y) {
+absl::Status Linear::Forward(const float* x, int64_t m, float* y) try {
   Cached& c = PrimitiveFor(m);
   const void* src = x;
   if (dtype_ == DType::kBF16) {
@@ -151,6 +179,10 @@ void Linear::Forward(const float* x, int64_t m, float* y) {
                                {DNNL_ARG_WEIGHTS, c.weights},
                                {DNNL_ARG_DST, dst_mem}});
   stream.wait();
+  return absl::OkStatus();
+} catch (const dnnl::error& e) {
+  return absl::InternalError(absl::StrFormat(
+      "Linear %s with %d rows: oneDNN failed: %s", Describe(), m, e.what()));
 }
 
 }  // namespace kvserve

@@ -16,15 +16,23 @@
 // runtime-m primitive (which oneDNN 2.6 runs with its plain-layout gemm)
 // by 1.4x at m = 1.
 //
+// Create probes the primitives of m = 1 and m = max_rows, so a dtype or
+// shape oneDNN cannot run on this CPU (e.g. bf16 below AVX-512) fails at
+// load with a message naming dtype, shape and ISA, never in a request. No
+// dnnl::error leaves this class: Forward returns INTERNAL with its message.
+//
 // Thread-safety: not thread-safe (one engine thread calls Forward).
 #ifndef KVSERVE_CORE_DNNL_LINEAR_H_
 #define KVSERVE_CORE_DNNL_LINEAR_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/model/weights.h"
 #include "dnnl.hpp"
@@ -34,13 +42,18 @@ namespace kvserve {
 class Linear {
  public:
   // REQUIRES: the tensors' bytes outlive this object (when oneDNN wants the
-  // plain layout a single tensor is read in place); weights is not empty
-  // and its tensors share cols.
-  explicit Linear(const WeightTensor& weight);
-  explicit Linear(absl::Span<const WeightTensor> weights);
+  // plain layout a single tensor is read in place). INVALID_ARGUMENT when
+  // weights is empty or its tensors differ in cols; UNIMPLEMENTED when
+  // oneDNN has no matmul for the dtype and shape at m = 1 or max_rows.
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(
+      absl::Span<const WeightTensor> weights, int64_t max_rows);
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(
+      const WeightTensor& weight, int64_t max_rows) {
+    return Create(absl::Span<const WeightTensor>(&weight, 1), max_rows);
+  }
 
   // x: [m][k] f32, y: [m][n] f32 (overwritten). REQUIRES: m >= 1.
-  void Forward(const float* x, int64_t m, float* y);
+  absl::Status Forward(const float* x, int64_t m, float* y);
 
   int64_t in_features() const { return k_; }
   int64_t out_features() const { return n_; }
@@ -53,9 +66,13 @@ class Linear {
     // The weights in the layout this primitive was created for.
     dnnl::memory weights;
   };
+  Linear() = default;
+  // Both may throw dnnl::error; Create and Forward catch it.
+  void Init(absl::Span<const WeightTensor> weights);
   Cached& PrimitiveFor(int64_t m);
+  std::string Describe() const;  // "[n x k] dtype" for errors
 
-  DType dtype_;
+  DType dtype_ = DType::kF32;
   int64_t n_ = 0, k_ = 0;
   // The weights, in the layout oneDNN chose for m = 1 (plain "ba" when it
   // wants no other); its buffer is owned by this memory object.

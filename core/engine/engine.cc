@@ -114,7 +114,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   auto pool = BlockPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
   engine->pool_ = *std::move(pool);
-  auto model = Model::Create(weights, engine->pool_.get());
+  auto model = Model::Create(weights, engine->pool_.get(),
+                             {.max_batch_tokens = options.max_batch_tokens});
   if (!model.ok()) return model.status();
   engine->model_ = *std::move(model);
   engine->sessions_ = std::make_unique<SessionStore>(engine->pool_.get());

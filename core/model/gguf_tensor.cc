@@ -6,8 +6,10 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
+#include "core/dnnl/context.h"
 #include "core/util/bf16.h"
 #include "core/util/check.h"
+#include "core/util/cpu_features.h"
 
 namespace kvserve {
 
@@ -19,8 +21,9 @@ absl::StatusOr<WeightDTypeMode> ParseWeightDTypeMode(std::string_view name) {
       "unknown weight dtype \"%s\" (expected auto, f32 or bf16)", name));
 }
 
-DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode) {
-  if (is_vector) return DType::kF32;
+DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode,
+                   bool bf16_compute) {
+  if (is_vector || !bf16_compute) return DType::kF32;
   switch (mode) {
     case WeightDTypeMode::kF32:
       return DType::kF32;
@@ -29,8 +32,31 @@ DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode) {
     case WeightDTypeMode::kAuto:
       break;
   }
-  return stored_type == static_cast<uint32_t>(GgmlType::kF32) ? DType::kF32
-                                                              : DType::kBF16;
+  const GgmlType t = static_cast<GgmlType>(stored_type);
+  return t == GgmlType::kBF16 || t == GgmlType::kQ8_0 ? DType::kBF16
+                                                      : DType::kF32;
+}
+
+DType ChooseDType(uint32_t stored_type, int64_t rows, int64_t cols,
+                  WeightDTypeMode mode, ModelWeights& weights) {
+  const bool is_vector = rows == 1;
+  const DType d =
+      ComputeDType(stored_type, is_vector, mode, DnnlHasBf16Matmul());
+  if (d == DType::kF32 &&
+      ComputeDType(stored_type, is_vector, mode, true) == DType::kBF16) {
+    weights.f32_instead_of_bf16_bytes += rows * cols * 2;
+  }
+  return d;
+}
+
+std::string WidenedWeightsWarning(const ModelWeights& weights) {
+  if (weights.f32_instead_of_bf16_bytes == 0) return "";
+  return absl::StrFormat(
+      "weights that would be bf16 are held as f32: oneDNN has no bf16 matmul "
+      "at ISA %s (CPU level %s); this costs %.1f MiB more memory and weight "
+      "reads",
+      DnnlIsaName(), IsaLevelName(EffectiveIsa()),
+      weights.f32_instead_of_bf16_bytes / 1048576.0);
 }
 
 float HalfToFloat(uint16_t h) {

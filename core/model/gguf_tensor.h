@@ -15,8 +15,10 @@
 
 namespace kvserve {
 
-// --weight_dtype: how matrices are held for compute. kAuto keeps F32 as f32
-// and holds F16, BF16 and Q8_0 as bf16. Vectors (norms) are always f32.
+// --weight_dtype: how matrices are held for compute. kAuto keeps F32 and F16
+// as f32 (F16 is never rounded to bf16: it would lose three mantissa bits)
+// and holds BF16 and Q8_0 as bf16 where bf16 matmuls exist. kBF16 asks for
+// bf16 everywhere it can be computed. Vectors (norms) are always f32.
 enum class WeightDTypeMode { kAuto, kF32, kBF16 };
 // Accepts "auto", "f32", "bf16".
 absl::StatusOr<WeightDTypeMode> ParseWeightDTypeMode(std::string_view name);
@@ -32,8 +34,19 @@ struct StoredTensor {
   uint64_t n_bytes = 0;
 };
 
-// The compute dtype for a stored matrix or vector under `mode`.
-DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode);
+// The compute dtype for a stored matrix or vector under `mode`, where
+// `bf16_compute` says whether bf16 matmuls exist on this CPU
+// (DnnlHasBf16Matmul()); without them bf16 becomes f32.
+DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode,
+                   bool bf16_compute);
+
+// ComputeDType on this CPU; a matrix held as f32 only because bf16 cannot
+// be computed here adds its extra bytes to
+// weights.f32_instead_of_bf16_bytes.
+DType ChooseDType(uint32_t stored_type, int64_t rows, int64_t cols,
+                  WeightDTypeMode mode, ModelWeights& weights);
+// A warning naming that cost, or "" when there is none.
+std::string WidenedWeightsWarning(const ModelWeights& weights);
 
 // Returns the WeightTensor in `dtype`, pointing into `src.data` when no
 // conversion is needed, else into a new buffer appended to weights.storage.

@@ -89,8 +89,9 @@ class TensorLoader {
     fp_.Add(name);
     fp_.Add(&t->type, sizeof(t->type));
     fp_.Add(src.data, src.n_bytes);
-    DType dtype = force_f32 ? DType::kF32
-                            : ComputeDType(src.type, want.size() == 1, mode_);
+    DType dtype = force_f32
+                      ? DType::kF32
+                      : ChooseDType(src.type, src.rows, src.cols, mode_, w_);
     absl::StatusOr<WeightTensor> wt = MaterializeTensor(src, dtype, w_);
     if (!wt.ok()) {
       return absl::Status(
@@ -337,6 +338,9 @@ absl::StatusOr<LoadedModel> LoadModelFromFile(
                                         t.status().message()));
   }
   m.tokenizer = std::move(*t);
+  if (std::string w = WidenedWeightsWarning(*m.weights); !w.empty()) {
+    m.weights->warnings.push_back(std::move(w));
+  }
   return m;
 }
 

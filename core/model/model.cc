@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/util/bf16.h"
 #include "core/util/check.h"
+#include "core/util/status_macros.h"
 
 namespace kvserve {
 namespace {
@@ -27,7 +28,8 @@ void AddInPlace(const float* y, int64_t n, float* x) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(
-    const ModelWeights* weights, const BlockPool* pool) {
+    const ModelWeights* weights, const BlockPool* pool,
+    const ModelOptions& options) {
   const ModelConfig& c = weights->config;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   const BlockPoolOptions& p = pool->options();
@@ -44,21 +46,44 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   }
   auto attention = GqaAttention::Create(pool, {.n_heads = c.n_heads});
   if (!attention.ok()) return attention.status();
-  return std::unique_ptr<Model>(new Model(weights, *std::move(attention)));
+  std::unique_ptr<Model> model(new Model(weights, *std::move(attention)));
+  if (absl::Status s = model->CreateLinears(options.max_batch_tokens);
+      !s.ok()) {
+    return s;
+  }
+  return model;
+}
+
+absl::Status Model::CreateLinears(int64_t max_rows) {
+  auto make = [&](absl::Span<const WeightTensor> w, int64_t rows,
+                  std::unique_ptr<Linear>* out) {
+    absl::StatusOr<std::unique_ptr<Linear>> l = Linear::Create(w, rows);
+    if (l.ok()) *out = *std::move(l);
+    return l.status();
+  };
+  // The output matrix sees one row per sequence that wants logits.
+  if (absl::Status s = make({weights_->output}, max_rows, &output_); !s.ok()) {
+    return s;
+  }
+  layers_.resize(weights_->layers.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerWeights& l = weights_->layers[i];
+    LayerLinears& ll = layers_[i];
+    const WeightTensor qkv[] = {l.wq, l.wk, l.wv};
+    const WeightTensor gate_up[] = {l.w_gate, l.w_up};
+    for (absl::Status s :
+         {make(qkv, max_rows, &ll.wqkv), make({l.wo}, max_rows, &ll.wo),
+          make(gate_up, max_rows, &ll.w_gate_up),
+          make({l.w_down}, max_rows, &ll.w_down)}) {
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 Model::Model(const ModelWeights* weights,
              std::unique_ptr<GqaAttention> attention)
-    : weights_(weights),
-      attention_(std::move(attention)),
-      output_(weights->output) {
-  layers_.reserve(weights->layers.size());
-  for (const LayerWeights& l : weights->layers) {
-    const WeightTensor qkv[] = {l.wq, l.wk, l.wv};
-    const WeightTensor gate_up[] = {l.w_gate, l.w_up};
-    layers_.push_back(LayerLinears{Linear(qkv), Linear(l.wo), Linear(gate_up),
-                                   Linear(l.w_down)});
-  }
+    : weights_(weights), attention_(std::move(attention)) {
   const ModelConfig& c = config();
   const int half = c.rotary_dim() / 2;
   inv_freq_.resize(half);
@@ -98,6 +123,14 @@ void Model::RopeInPlace(float* x, int n_heads, const float* cos_sin) const {
 }
 
 absl::StatusOr<absl::Span<const float>> Model::Forward(
+    absl::Span<const SeqChunk> chunks) try {
+  return ForwardSteps(chunks);
+} catch (const dnnl::error& e) {
+  return absl::InternalError(
+      absl::StrFormat("forward pass: oneDNN failed: %s", e.what()));
+}
+
+absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
     absl::Span<const SeqChunk> chunks) {
   const ModelConfig& c = config();
   int64_t m = 0;
@@ -161,7 +194,7 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
     for (int64_t r = 0; r < m; ++r) {
       RmsNorm(&x_[r * dim], lw.attn_norm.f32(), dim, c.norm_eps, &xb_[r * dim]);
     }
-    ll.wqkv.Forward(xb_.data(), m, qkv_.data());
+    KVSERVE_RETURN_IF_ERROR(ll.wqkv->Forward(xb_.data(), m, qkv_.data()));
 
     decode_seqs.clear();
     decode_rows.clear();
@@ -204,14 +237,15 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
       }
     }
 
-    ll.wo.Forward(att_.data(), m, xb_.data());
+    KVSERVE_RETURN_IF_ERROR(ll.wo->Forward(att_.data(), m, xb_.data()));
     AddInPlace(xb_.data(), m * dim, x_.data());
 
 #pragma omp parallel for if (m > 8)
     for (int64_t r = 0; r < m; ++r) {
       RmsNorm(&x_[r * dim], lw.ffn_norm.f32(), dim, c.norm_eps, &xb_[r * dim]);
     }
-    ll.w_gate_up.Forward(xb_.data(), m, gate_up_.data());
+    KVSERVE_RETURN_IF_ERROR(
+        ll.w_gate_up->Forward(xb_.data(), m, gate_up_.data()));
 #pragma omp parallel for if (m > 8)
     for (int64_t r = 0; r < m; ++r) {
       const float* gate = &gate_up_[r * 2 * hidden];
@@ -221,7 +255,7 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
         out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
       }
     }
-    ll.w_down.Forward(hidden_.data(), m, xb_.data());
+    KVSERVE_RETURN_IF_ERROR(ll.w_down->Forward(hidden_.data(), m, xb_.data()));
     AddInPlace(xb_.data(), m * dim, x_.data());
   }
 
@@ -236,7 +270,10 @@ absl::StatusOr<absl::Span<const float>> Model::Forward(
             &last_[out * dim]);
     ++out;
   }
-  if (n_logits > 0) output_.Forward(last_.data(), n_logits, logits_.data());
+  if (n_logits > 0) {
+    KVSERVE_RETURN_IF_ERROR(
+        output_->Forward(last_.data(), n_logits, logits_.data()));
+  }
   return absl::Span<const float>(logits_);
 }
 

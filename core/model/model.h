@@ -37,17 +37,26 @@ struct SeqChunk {
   bool want_logits = false;
 };
 
+struct ModelOptions {
+  // The most tokens one step may carry: every matmul is probed at 1 and at
+  // this many rows when the model is created.
+  int64_t max_batch_tokens = 512;
+};
+
 class Model {
  public:
   // REQUIRES: weights and pool outlive the model; pool's geometry matches
-  // the weights' config.
+  // the weights' config. UNIMPLEMENTED (naming dtype, shape and ISA) when a
+  // weight matrix cannot be computed on this CPU.
   static absl::StatusOr<std::unique_ptr<Model>> Create(
-      const ModelWeights* weights, const BlockPool* pool);
+      const ModelWeights* weights, const BlockPool* pool,
+      const ModelOptions& options = {});
 
   // Runs one step. Returns [number of chunks with want_logits][vocab_size]
   // logits, rows in chunk order; valid until the next call.
   // INVALID_ARGUMENT for a token id outside the vocabulary or a position
-  // past the context length.
+  // past the context length; INTERNAL if a oneDNN primitive fails (no
+  // exception leaves the model).
   absl::StatusOr<absl::Span<const float>> Forward(
       absl::Span<const SeqChunk> chunks);
 
@@ -58,9 +67,12 @@ class Model {
   // Q, K and V are one matmul (weights stacked along n), gate and up
   // another: fewer, larger calls per layer.
   struct LayerLinears {
-    Linear wqkv, wo, w_gate_up, w_down;
+    std::unique_ptr<Linear> wqkv, wo, w_gate_up, w_down;
   };
   Model(const ModelWeights* weights, std::unique_ptr<GqaAttention> attention);
+  absl::Status CreateLinears(int64_t max_rows);
+  absl::StatusOr<absl::Span<const float>> ForwardSteps(
+      absl::Span<const SeqChunk> chunks);
 
   void Embed(int32_t token, float* out) const;
   void RopeInPlace(float* x, int n_heads, const float* cos_sin) const;
@@ -68,7 +80,7 @@ class Model {
   const ModelWeights* weights_;
   std::unique_ptr<GqaAttention> attention_;
   std::vector<LayerLinears> layers_;
-  Linear output_;
+  std::unique_ptr<Linear> output_;
   std::vector<double> inv_freq_;  // [rotary_dim / 2]
 
   // Scratch, resized per step. m = tokens in the step.

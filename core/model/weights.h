@@ -47,6 +47,12 @@ struct ModelWeights {
   std::vector<float> rope_freq_factors;
   // Hex digest of the weights' bytes as loaded from the file.
   std::string fingerprint;
+  // What the loader wants an operator to know (e.g. weights widened to f32
+  // because this CPU has no bf16 matmuls, and the memory that costs).
+  std::vector<std::string> warnings;
+  // Bytes held beyond what bf16 would take, for matrices held as f32 only
+  // because bf16 cannot be computed here.
+  int64_t f32_instead_of_bf16_bytes = 0;
   // Keeps the bytes behind every WeightTensor alive (buffers, mappings).
   std::vector<std::shared_ptr<const void>> storage;
 

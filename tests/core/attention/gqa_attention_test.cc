@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "core/kv/block_table.h"
 #include "core/util/bf16.h"
+#include "core/util/cpu_features.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -178,17 +179,27 @@ class ErrorNorm {
   double norm_ = 0;
 };
 
-std::unique_ptr<GqaAttention> MakeAttention(
-    const BlockPool* pool, const Shape& s,
-    AttentionPath path = AttentionPath::kAuto) {
+absl::StatusOr<std::unique_ptr<GqaAttention>> TryMakeAttention(
+    const BlockPool* pool, const Shape& s, AttentionPath decode_path,
+    AttentionPath prefill_path) {
   GqaAttentionOptions o;
   o.n_heads = s.n_heads;
-  o.decode_path = path;
-  o.prefill_path = path;
-  auto a = GqaAttention::Create(pool, o);
-  EXPECT_TRUE(a.ok()) << a.status();
-  return std::move(*a);
+  o.decode_path = decode_path;
+  o.prefill_path = prefill_path;
+  return GqaAttention::Create(pool, o);
 }
+
+// Declares `var`, the attention for (pool, shape, decode path, prefill
+// path); skips the test when
+// this CPU (under KVSERVE_MAX_ISA) has no kernels for the path.
+#define MAKE_ATTENTION_OR_SKIP(var, ...)                              \
+  auto var##_or = TryMakeAttention(__VA_ARGS__);                      \
+  if (var##_or.status().code() == absl::StatusCode::kUnimplemented) { \
+    GTEST_SKIP() << "not on this CPU (" << CpuSummary()               \
+                 << "): " << var##_or.status();                       \
+  }                                                                   \
+  ASSERT_TRUE(var##_or.ok()) << var##_or.status();                    \
+  std::unique_ptr<GqaAttention> var = std::move(*var##_or)
 
 // Runs GqaDecode on `seqs` (index, n_ctx) and checks every row.
 void CheckDecode(Cache& cache, GqaAttention& attention, const Shape& shape,
@@ -235,7 +246,7 @@ TEST_P(DecodeTest, MixedBatchAndSingleSequences) {
   const int bt = shape.block_tokens;
   const std::vector<int64_t> lengths = {1, bt - 1, bt, bt + 1, 1000, 5000};
   Cache cache(shape, 2 * 6200, 1234 + shape.head_dim + shape.n_kv_heads);
-  auto attention = MakeAttention(cache.pool(), shape, Path());
+  MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, Path(), Path());
   std::vector<std::pair<int, int64_t>> batch;
   for (int64_t len : lengths) batch.push_back({cache.Add(len), len});
   // A context shorter than the table: positions past n_ctx are ignored.
@@ -248,7 +259,7 @@ TEST_P(DecodeTest, SharedPrefixBlocks) {
   const Shape shape = GetShape();
   const int bt = shape.block_tokens;
   Cache cache(shape, 2000, 99 + shape.head_dim);
-  auto attention = MakeAttention(cache.pool(), shape, Path());
+  MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, Path(), Path());
   const int base = cache.Add(10 * bt + 5);
   const int a = cache.Fork(base, 10 * bt + 5, 40);  // copy-on-write
   const int b = cache.Fork(base, 4 * bt, 3);        // shares whole blocks
@@ -276,7 +287,8 @@ TEST_P(PrefillTest, ChunksAtOffsets) {
   const Shape shape = GetShape();
   const int bt = shape.block_tokens;
   Cache cache(shape, 3000, 7 + shape.head_dim + shape.n_kv_heads);
-  auto attention = MakeAttention(cache.pool(), shape, Path());
+  MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, AttentionPath::kAuto,
+                         Path());
   const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
   struct Chunk {
     int64_t start, n_new;
@@ -310,39 +322,50 @@ INSTANTIATE_TEST_SUITE_P(
     ParamName);
 
 // Odd and large block sizes: tiles and stretches that straddle blocks.
-TEST(GqaAttentionTest, BlockSizes) {
+class BlockSizesTest
+    : public ::testing::TestWithParam<std::tuple<DType, AttentionPath>> {};
+
+TEST_P(BlockSizesTest, DecodeAndPrefill) {
+  const auto [dtype, path] = GetParam();
   for (int bt : {1, 7, 48, 128}) {
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
-      for (AttentionPath path :
-           {AttentionPath::kFused, AttentionPath::kOneDnn}) {
-        const Shape shape{8, 2, 64, bt, dtype};
-        Cache cache(shape, 4000, 5 + bt);
-        auto attention = MakeAttention(cache.pool(), shape, path);
-        std::vector<std::pair<int, int64_t>> batch;
-        for (int64_t len :
-             {int64_t{1}, int64_t{bt} + 1, int64_t{2} * bt, int64_t{1000}}) {
-          batch.push_back({cache.Add(len), len});
-        }
-        CheckDecode(cache, *attention, shape, batch);
-        // Prefill of the last 37 positions of the longest sequence.
-        const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
-        std::vector<float> q = cache.Random(37 * row);
-        std::vector<float> out(q.size(), kNaN);
-        attention->GqaPrefill(kLayer, cache.View(batch.back().first, 1000), 963,
-                              37, q.data(), out.data());
-        ErrorNorm err;
-        for (int64_t i = 0; i < 37; ++i) {
-          for (int h = 0; h < shape.n_heads; ++h) {
-            const int64_t at = i * row + int64_t{h} * shape.head_dim;
-            err.Add(&out[at],
-                    cache.Reference(batch.back().first, 964 + i, h, &q[at]));
-          }
-        }
-        EXPECT_LT(err.Relative(), Tolerance(dtype)) << Name(shape);
+    const Shape shape{8, 2, 64, bt, dtype};
+    Cache cache(shape, 4000, 5 + bt);
+    MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, path, path);
+    std::vector<std::pair<int, int64_t>> batch;
+    for (int64_t len :
+         {int64_t{1}, int64_t{bt} + 1, int64_t{2} * bt, int64_t{1000}}) {
+      batch.push_back({cache.Add(len), len});
+    }
+    CheckDecode(cache, *attention, shape, batch);
+    // Prefill of the last 37 positions of the longest sequence.
+    const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+    std::vector<float> q = cache.Random(37 * row);
+    std::vector<float> out(q.size(), kNaN);
+    attention->GqaPrefill(kLayer, cache.View(batch.back().first, 1000), 963, 37,
+                          q.data(), out.data());
+    ErrorNorm err;
+    for (int64_t i = 0; i < 37; ++i) {
+      for (int h = 0; h < shape.n_heads; ++h) {
+        const int64_t at = i * row + int64_t{h} * shape.head_dim;
+        err.Add(&out[at],
+                cache.Reference(batch.back().first, 964 + i, h, &q[at]));
       }
     }
+    EXPECT_LT(err.Relative(), Tolerance(dtype)) << Name(shape);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    DTypesAndPaths, BlockSizesTest,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(AttentionPath::kFused,
+                                         AttentionPath::kOneDnn)),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             std::get<1>(info.param) == AttentionPath::kOneDnn
+                                 ? "onednn"
+                                 : "fused");
+    });
 
 TEST(GqaAttentionTest, RejectsHeadsNotAMultipleOfKvHeads) {
   Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);

@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "core/dnnl/context.h"
 #include "core/util/bf16.h"
+#include "core/util/cpu_features.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -87,6 +90,17 @@ void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
   EXPECT_EQ(bad, 0) << "of " << m * n << " outputs";
 }
 
+// Declares `var`, a Linear over `weights` probed up to 513 rows; skips the
+// test when this CPU (under KVSERVE_MAX_ISA) cannot compute the dtype.
+#define MAKE_LINEAR_OR_SKIP(var, weights)                             \
+  auto var##_or = Linear::Create(weights, 513);                       \
+  if (var##_or.status().code() == absl::StatusCode::kUnimplemented) { \
+    GTEST_SKIP() << "not on this CPU (" << CpuSummary()               \
+                 << "): " << var##_or.status();                       \
+  }                                                                   \
+  ASSERT_TRUE(var##_or.ok()) << var##_or.status();                    \
+  Linear& var = **var##_or
+
 struct Case {
   DType dtype;
   int64_t n, k;
@@ -97,7 +111,7 @@ class LinearTest : public ::testing::TestWithParam<Case> {};
 TEST_P(LinearTest, MatchesDoubleReferenceForEveryRowCount) {
   const Case c = GetParam();
   Matrix w(c.dtype, c.n, c.k, 7);
-  Linear linear(w.tensor);
+  MAKE_LINEAR_OR_SKIP(linear, w.tensor);
   EXPECT_EQ(linear.in_features(), c.k);
   EXPECT_EQ(linear.out_features(), c.n);
   // Each m twice, interleaved, so cached primitives are reused.
@@ -106,7 +120,7 @@ TEST_P(LinearTest, MatchesDoubleReferenceForEveryRowCount) {
       SCOPED_TRACE(testing::Message() << "m=" << m << " pass " << pass);
       const std::vector<float> x = RandomInput(m, c.k, 100 + m + pass);
       std::vector<float> y(m * c.n, std::numeric_limits<float>::quiet_NaN());
-      linear.Forward(x.data(), m, y.data());
+      ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
       ExpectMatches({&w}, c.dtype, x, m, c.k, y);
     }
   }
@@ -117,7 +131,7 @@ TEST_P(LinearTest, FusedWeightsGiveEachMatrixsOutputSideBySide) {
   Matrix a(c.dtype, c.n, c.k, 1), b(c.dtype, 5, c.k, 2),
       d(c.dtype, c.n + 17, c.k, 3);
   const std::vector<WeightTensor> parts = {a.tensor, b.tensor, d.tensor};
-  Linear linear(parts);
+  MAKE_LINEAR_OR_SKIP(linear, parts);
   EXPECT_EQ(linear.out_features(), 2 * c.n + 22);
   // The stacked copy is Linear's own: the sources may go away.
   a.values.assign(a.values.size(), 0.0f);
@@ -126,7 +140,7 @@ TEST_P(LinearTest, FusedWeightsGiveEachMatrixsOutputSideBySide) {
     const std::vector<float> x = RandomInput(m, c.k, 200 + m);
     std::vector<float> y(m * linear.out_features(),
                          std::numeric_limits<float>::quiet_NaN());
-    linear.Forward(x.data(), m, y.data());
+    ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
     Matrix a_again(c.dtype, c.n, c.k, 1);
     ExpectMatches({&a_again, &b, &d}, c.dtype, x, m, c.k, y);
   }
@@ -135,13 +149,13 @@ TEST_P(LinearTest, FusedWeightsGiveEachMatrixsOutputSideBySide) {
 TEST(LinearMixedTest, MixedDtypesAreStackedInF32) {
   Matrix a(DType::kF32, 33, 65, 4), b(DType::kBF16, 31, 65, 5);
   const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
-  Linear linear(parts);
+  MAKE_LINEAR_OR_SKIP(linear, parts);
   EXPECT_EQ(linear.dtype(), DType::kF32);
   for (int64_t m : {1, 3, 64, 513}) {
     SCOPED_TRACE(testing::Message() << "m=" << m);
     const std::vector<float> x = RandomInput(m, 65, 300 + m);
     std::vector<float> y(m * 64, std::numeric_limits<float>::quiet_NaN());
-    linear.Forward(x.data(), m, y.data());
+    ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
     // b's values are its bf16 weights widened; x stays f32.
     ExpectMatches({&a, &b}, DType::kF32, x, m, 65, y);
   }
@@ -159,6 +173,34 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(DTypeName(info.param.dtype)) + "_n" +
              std::to_string(info.param.n) + "_k" + std::to_string(info.param.k);
     });
+
+// bf16 is refused at creation exactly where oneDNN has no bf16 matmul, with
+// a message naming dtype, shape and ISA; f32 is computed everywhere.
+TEST(LinearCreateTest, Bf16IsRefusedAtCreationWhereOneDnnLacksIt) {
+  Matrix w(DType::kBF16, 64, 128, 9);
+  absl::StatusOr<std::unique_ptr<Linear>> l = Linear::Create(w.tensor, 512);
+  if (DnnlHasBf16Matmul()) {
+    EXPECT_TRUE(l.ok()) << l.status();
+  } else {
+    ASSERT_EQ(l.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(std::string(l.status().message()),
+                ::testing::AllOf(::testing::HasSubstr("[64 x 128] bf16"),
+                                 ::testing::HasSubstr(DnnlIsaName())));
+  }
+  Matrix f(DType::kF32, 64, 128, 9);
+  EXPECT_TRUE(Linear::Create(f.tensor, 512).ok());
+  // A cap below AVX-512 leaves oneDNN without bf16, as on AVX2-only CPUs.
+  if (EffectiveIsa() < IsaLevel::kAvx512) {
+    EXPECT_FALSE(DnnlHasBf16Matmul());
+  }
+}
+
+TEST(LinearCreateTest, RejectsMismatchedColumns) {
+  Matrix a(DType::kF32, 4, 8, 1), b(DType::kF32, 4, 9, 2);
+  const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
+  EXPECT_EQ(Linear::Create(parts, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST(ConvertFloatToBf16Test, MatchesScalarRoundingIncludingSpecialValues) {
   std::vector<float> x = {0.0f,

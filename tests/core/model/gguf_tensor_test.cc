@@ -93,12 +93,22 @@ TEST(GgufTensorTest, DtypeModes) {
   const auto f32 = static_cast<uint32_t>(GgmlType::kF32);
   const auto f16 = static_cast<uint32_t>(GgmlType::kF16);
   const auto q8 = static_cast<uint32_t>(GgmlType::kQ8_0);
-  EXPECT_EQ(ComputeDType(f32, false, WeightDTypeMode::kAuto), DType::kF32);
-  EXPECT_EQ(ComputeDType(f16, false, WeightDTypeMode::kAuto), DType::kBF16);
-  EXPECT_EQ(ComputeDType(q8, false, WeightDTypeMode::kAuto), DType::kBF16);
-  EXPECT_EQ(ComputeDType(f16, true, WeightDTypeMode::kBF16), DType::kF32);
-  EXPECT_EQ(ComputeDType(f32, false, WeightDTypeMode::kBF16), DType::kBF16);
-  EXPECT_EQ(ComputeDType(q8, false, WeightDTypeMode::kF32), DType::kF32);
+  const auto bf16 = static_cast<uint32_t>(GgmlType::kBF16);
+  using M = WeightDTypeMode;
+  // With bf16 matmuls (AVX-512 BF16 machines).
+  EXPECT_EQ(ComputeDType(f32, false, M::kAuto, true), DType::kF32);
+  EXPECT_EQ(ComputeDType(f16, false, M::kAuto, true), DType::kF32);
+  EXPECT_EQ(ComputeDType(bf16, false, M::kAuto, true), DType::kBF16);
+  EXPECT_EQ(ComputeDType(q8, false, M::kAuto, true), DType::kBF16);
+  EXPECT_EQ(ComputeDType(f16, true, M::kBF16, true), DType::kF32);
+  EXPECT_EQ(ComputeDType(f32, false, M::kBF16, true), DType::kBF16);
+  EXPECT_EQ(ComputeDType(q8, false, M::kF32, true), DType::kF32);
+  // Without (AVX2): everything f32, whatever the mode.
+  for (uint32_t t : {f32, f16, bf16, q8}) {
+    for (M mode : {M::kAuto, M::kBF16, M::kF32}) {
+      EXPECT_EQ(ComputeDType(t, false, mode, false), DType::kF32);
+    }
+  }
 }
 
 }  // namespace
