@@ -1,0 +1,382 @@
+// The K-quant SIMD kernels, written once and compiled once per ISA level:
+// quant_kquants_x86.cc includes this file inside each level's namespace,
+// under that level's `#pragma GCC target`, so there is deliberately no
+// include guard and no #include here. Before including, the namespace
+// defines the wide-vector layer:
+//   VI, VF                integer / float vectors of kVecBytes bytes
+//   kVecBytes             32 (AVX2) or 64 (AVX-512)
+//   VI LoadVI(p)          kVecBytes unaligned bytes
+//   VI Widen(v, n)        vector n of 256-bit vectors v[], kVecBytes / 32 each
+//   VI ZeroI()
+//   VI DotAcc(acc, u, q, s)  acc + Σ pairs s·(u·q), int16 pairs of u8·s8
+//   VF ZeroF(), VF BroadcastLane0(__m128), VF FmaF(a, b, c), VF CvtF(VI),
+//   float ReduceF(VF)
+// Blocks decode (to the form described in quant_kquants.h) with AVX2
+// code, joined into wide vectors at the AVX-512 levels, except Q4_K and
+// Q6_K, which AVX-512 decodes in 512-bit vectors directly.
+//
+// Speed, m = 1, k = 4096, one core, weights in L2 (see the numbers in
+// quant_kquants_x86.cc): the AVX2 kernels are bound by vector-unit
+// throughput (~65 vector instructions per Q4_K block), so AVX-512's
+// halved count is what makes it faster. No software prefetch: on a 151 MB
+// matrix (DRAM-bound, 2 threads) it was no faster at any distance from 512
+// to 4096 bytes, and slower on cache-resident rows.
+
+// One super-block decoded into 256-bit vectors.
+struct Decoded256 {
+  __m256i u[8];   // unsigned quants of elements [32g, 32g + 32)
+  __m256i sc[8];  // int16 multipliers of maddubs' 16 pair sums over group g:
+                  // s[2g] in the low 128 bits, s[2g + 1] in the high
+  __m256i b16;    // b[0, 16) as int16
+  __m128 d;       // lanes 0, 1: d_main, d_bias
+};
+
+inline __m256i Load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// pshufb indices that zero-extend byte `lo` into every int16 lane of the
+// low 128 bits and byte `hi` into those of the high 128 bits.
+inline __m256i WidenBytes(int lo, int hi) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(0x8000 | hi)),
+                          _mm_set1_epi16(static_cast<int16_t>(0x8000 | lo)));
+}
+// pshufb indices copying int16 lane `lo` of the low 128 bits and lane `hi`
+// of the high 128 bits into all lanes of their half.
+inline __m256i CopyWords(int lo, int hi) {
+  return _mm256_set_m128i(
+      _mm_set1_epi16(static_cast<int16_t>((2 * hi + 1) << 8 | 2 * hi)),
+      _mm_set1_epi16(static_cast<int16_t>((2 * lo + 1) << 8 | 2 * lo)));
+}
+// pshufb indices for Q4_K/Q5_K's b[j] = min j / 2, from bytes 8..15 of
+// ScaleMinBytes (zero-extended).
+inline __m256i MinsPattern() {
+  return _mm256_or_si256(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
+                                           13, 13, 14, 14, 15, 15),
+                         _mm256_set1_epi16(static_cast<int16_t>(0x8000)));
+}
+inline __m256i Splat8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+
+// fp16 scales: lane 0 from p, lane 1 from q.
+inline __m128 Halves(const uint8_t* p, const uint8_t* q) {
+  uint16_t lo, hi;
+  std::memcpy(&lo, p, sizeof(lo));
+  std::memcpy(&hi, q, sizeof(hi));
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(lo | hi << 16));
+}
+inline __m256i Srl16(__m256i v, int n) {
+  return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n));
+}
+inline __m256i Sll16(__m256i v, int n) {
+  return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n));
+}
+// Bits `shift` and up of every byte, masked by `mask`. The 16-bit shift
+// moves bits across bytes; the mask removes them.
+inline __m256i Bits(__m256i v, int shift, int mask) {
+  return _mm256_and_si256(Srl16(v, shift), Splat8(mask));
+}
+// 2-bit fields of Q2_K/Q3_K qs: element 128h + 32j + l at bits 2j of
+// byte 32h + l.
+inline void Unpack2Bit(const uint8_t* qs, __m256i* u) {
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = Load256(qs + 32 * h);
+    for (int j = 0; j < 4; ++j) u[4 * h + j] = Bits(q, 2 * j, 0x03);
+  }
+}
+// Q4_K/Q5_K: the 12 scale bytes (get_scale_min_k4) to bytes 0..7 = scales
+// 0..7, bytes 8..15 = mins 0..7. Scales/mins 0..3 are the low 6 bits of
+// bytes 0..7; 4..7 take their low 4 bits from the nibbles of bytes 8..11
+// and their top 2 bits from the top of bytes 0..7.
+inline __m128i ScaleMinBytes(const uint8_t* q) {
+  uint32_t q8_11;
+  std::memcpy(&q8_11, q + 8, sizeof(q8_11));
+  const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+  const __m128i b = _mm_cvtsi32_si128(static_cast<int>(q8_11));
+  const __m128i low6 = _mm_and_si128(a, _mm_set1_epi8(0x3f));
+  const __m128i top2 = _mm_and_si128(_mm_srli_epi16(a, 2), _mm_set1_epi8(0x30));
+  const __m128i nibbles = _mm_and_si128(
+      _mm_unpacklo_epi32(b, _mm_srli_epi16(b, 4)), _mm_set1_epi8(0x0f));
+  return _mm_unpacklo_epi32(low6, _mm_or_si128(nibbles, top2));
+}
+
+// Q4_K/Q5_K: a group's multiplier is its scale in every lane, one pshufb
+// each from the scale bytes.
+inline void ScaleMinK4(const uint8_t* q, Decoded256* o) {
+  const __m256i v = _mm256_broadcastsi128_si256(ScaleMinBytes(q));
+  for (int g = 0; g < 8; ++g) {
+    o->sc[g] = _mm256_shuffle_epi8(v, WidenBytes(g, g));
+  }
+  o->b16 = _mm256_shuffle_epi8(v, MinsPattern());
+}
+
+// Per-16 scales s16 (int16) to the multipliers sc[8].
+inline void ExpandScales(__m256i s16, __m256i* sc) {
+  const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00);
+  const __m256i hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i pattern = CopyWords(2 * k, 2 * k + 1);
+    sc[k] = _mm256_shuffle_epi8(lo, pattern);
+    sc[k + 4] = _mm256_shuffle_epi8(hi, pattern);
+  }
+}
+
+inline void DecodeQ2K(const uint8_t* p, Decoded256* o) {
+  const auto* b = reinterpret_cast<const BlockQ2K*>(p);
+  const __m128i sc =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
+  const __m128i m4 = _mm_set1_epi8(0x0f);
+  ExpandScales(_mm256_cvtepu8_epi16(_mm_and_si128(sc, m4)), o->sc);
+  o->b16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+  Unpack2Bit(b->qs, o->u);
+  o->d = Halves(p + offsetof(BlockQ2K, d), p + offsetof(BlockQ2K, dmin));
+}
+
+inline void DecodeQ3K(const uint8_t* p, Decoded256* o) {
+  const auto* b = reinterpret_cast<const BlockQ3K*>(p);
+  // Scale j's low nibble: byte j % 8, nibble j / 8; top bits: byte
+  // 8 + j % 4, bits 2·(j / 4).
+  uint32_t a[3];
+  std::memcpy(a, b->scales, sizeof(a));
+  constexpr uint32_t k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  const __m128i sc = _mm_setr_epi32(
+      static_cast<int>((a[0] & k4) | (a[2] & k2) << 4),
+      static_cast<int>((a[1] & k4) | ((a[2] >> 2) & k2) << 4),
+      static_cast<int>(((a[0] >> 4) & k4) | ((a[2] >> 4) & k2) << 4),
+      static_cast<int>(((a[1] >> 4) & k4) | ((a[2] >> 6) & k2) << 4));
+  const __m256i s16 =
+      _mm256_sub_epi16(_mm256_cvtepu8_epi16(sc), _mm256_set1_epi16(32));
+  ExpandScales(s16, o->sc);
+  o->b16 = _mm256_slli_epi16(s16, 2);
+  Unpack2Bit(b->qs, o->u);
+  // The third bit of element 32g + l is bit g of hmask[l].
+  const __m256i hm = Load256(b->hmask);
+  for (int g = 0; g < 8; ++g) {
+    o->u[g] = _mm256_or_si256(o->u[g], _mm256_slli_epi16(Bits(hm, g, 0x01), 2));
+  }
+  o->d = Halves(p + offsetof(BlockQ3K, d), p + offsetof(BlockQ3K, d));
+}
+
+template <bool kFifthBit>
+inline void DecodeScaleMin(const uint8_t* p, Decoded256* o) {
+  // Q4_K and Q5_K share d, dmin and scales; Q5_K has qh before qs.
+  constexpr int kQs =
+      kFifthBit ? offsetof(BlockQ5K, qs) : offsetof(BlockQ4K, qs);
+  ScaleMinK4(p + offsetof(BlockQ4K, scales), o);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i q = Load256(p + kQs + 32 * c);
+    o->u[2 * c] = Bits(q, 0, 0x0f);
+    o->u[2 * c + 1] = Bits(q, 4, 0x0f);
+  }
+  if constexpr (kFifthBit) {
+    const __m256i qh = Load256(p + offsetof(BlockQ5K, qh));
+    for (int g = 0; g < 8; ++g) {
+      o->u[g] =
+          _mm256_or_si256(o->u[g], _mm256_slli_epi16(Bits(qh, g, 0x01), 4));
+    }
+  }
+  o->d = Halves(p + offsetof(BlockQ4K, d), p + offsetof(BlockQ4K, dmin));
+}
+
+inline void DecodeQ6K(const uint8_t* p, Decoded256* o) {
+  const auto* b = reinterpret_cast<const BlockQ6K*>(p);
+  const __m256i m4 = Splat8(0x0f), m30 = Splat8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    // Element 128h + 32j + l: nibble j / 2 of ql[64h + 32(j % 2) + l],
+    // bits 2j of qh[32h + l] as bits 4..5.
+    const __m256i l0 = Load256(b->ql + 64 * h),
+                  l1 = Load256(b->ql + 64 * h + 32);
+    const __m256i qh = Load256(b->qh + 32 * h);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i low =
+          _mm256_and_si256(Srl16(j % 2 ? l1 : l0, 4 * (j / 2)), m4);
+      const __m256i high = _mm256_and_si256(
+          j < 2 ? Sll16(qh, 4 - 2 * j) : Srl16(qh, 2 * j - 4), m30);
+      o->u[4 * h + j] = _mm256_or_si256(low, high);
+    }
+  }
+  const __m256i s16 = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales)));
+  ExpandScales(s16, o->sc);
+  o->b16 = _mm256_slli_epi16(s16, 5);
+  o->d = Halves(p + offsetof(BlockQ6K, d), p + offsetof(BlockQ6K, d));
+}
+
+inline float Reduce256(__m256 x) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+constexpr int kVecs = kQK / kVecBytes;  // wide vectors per super-block
+
+// One super-block as the dot products read it: Decoded256 in wide vectors.
+struct Decoded {
+  VI u[kVecs];
+  VI sc[kVecs];
+  __m256i b16;
+  __m128 d;
+};
+
+template <void (*kDecode)(const uint8_t*, Decoded256*)>
+inline void Widened(const uint8_t* p, Decoded* o) {
+  Decoded256 d;
+  kDecode(p, &d);
+  for (int n = 0; n < kVecs; ++n) {
+    o->u[n] = Widen(d.u, n);
+    o->sc[n] = Widen(d.sc, n);
+  }
+  o->b16 = d.b16;
+  o->d = d.d;
+}
+
+// AVX-512 decoders for the Q4_K_M mix, built in 512-bit vectors directly
+// (about half the instructions of Widened: no 256-bit halves to join).
+// Vector n holds groups 2n, 2n + 1 (elements [64n, 64n + 64)).
+template <int kW>
+inline void DecodeQ4KWide(const uint8_t* p, Decoded* o) {
+  static_assert(kW == 64);
+  const __m128i v = ScaleMinBytes(p + offsetof(BlockQ4K, scales));
+  const __m512i v4 = _mm512_broadcast_i32x4(v);
+  // Both groups of vector n come from qs[32n, 32n + 32): low nibbles in
+  // the low half, high nibbles in the high half.
+  const __m512i shifts =
+      _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  for (int n = 0; n < 4; ++n) {
+    const __m512i q =
+        _mm512_broadcast_i64x4(Load256(p + offsetof(BlockQ4K, qs) + 32 * n));
+    o->u[n] = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), m4);
+    // Scale 2n zero-extended in the low half's lanes, 2n + 1 in the high.
+    const __m512i pattern = _mm512_inserti64x4(
+        _mm512_castsi256_si512(
+            _mm256_set1_epi16(static_cast<int16_t>(0x8000 | (2 * n)))),
+        _mm256_set1_epi16(static_cast<int16_t>(0x8000 | (2 * n + 1))), 1);
+    o->sc[n] = _mm512_shuffle_epi8(v4, pattern);
+  }
+  o->b16 = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), MinsPattern());
+  o->d = Halves(p + offsetof(BlockQ4K, d), p + offsetof(BlockQ4K, dmin));
+}
+
+template <int kW>
+inline void DecodeQ6KWide(const uint8_t* p, Decoded* o) {
+  static_assert(kW == 64);
+  const auto* b = reinterpret_cast<const BlockQ6K*>(p);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  // Per-half shifts moving qh's bits 2j to bits 4..5: j = 0, 1 left by
+  // 4, 2; j = 2, 3 right by 0, 2.
+  const __m512i left = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+  const __m512i right =
+      _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  for (int h = 0; h < 2; ++h) {
+    // Groups 4h + j: j = 0, 1 the low nibbles of ql[64h, 64h + 64) (in
+    // order), j = 2, 3 the high nibbles.
+    const __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(Load256(b->qh + 32 * h));
+    o->u[2 * h] =
+        _mm512_or_si512(_mm512_and_si512(ql, m4),
+                        _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30));
+    o->u[2 * h + 1] =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                        _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30));
+  }
+  const __m256i s16 = _mm256_cvtepi8_epi16(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales)));
+  // Vector n covers sub-blocks 4n .. 4n + 3, one per 128-bit lane.
+  const __m512i s = _mm512_castsi256_si512(s16);
+  for (int n = 0; n < 4; ++n) {
+    const __m512i index = _mm512_inserti64x4(
+        _mm512_castsi256_si512(
+            _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(4 * n + 1)),
+                             _mm_set1_epi16(static_cast<int16_t>(4 * n)))),
+        _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(4 * n + 3)),
+                         _mm_set1_epi16(static_cast<int16_t>(4 * n + 2))),
+        1);
+    o->sc[n] = _mm512_permutexvar_epi16(index, s);
+  }
+  o->b16 = _mm256_slli_epi16(s16, 5);
+  o->d = Halves(p + offsetof(BlockQ6K, d), p + offsetof(BlockQ6K, d));
+}
+
+// Weight row i against activation rows [r0, r0 + kT).
+template <void (*kDecode)(const uint8_t*, Decoded*), int kBlockBytes, int kT>
+void RowTile(const GemvArgs& a, int64_t i, int r0) {
+  const auto* w = static_cast<const uint8_t*>(a.w) + i * a.w_row_bytes;
+  const auto* x = static_cast<const uint8_t*>(a.x) + r0 * a.x_row_bytes;
+  const int64_t nb = a.k / kQK;
+  VF acc[kT];           // Σ x.d·d_main·isum
+  __m256 acc_bias[kT];  // Σ x.d·d_bias·ibias
+  for (int t = 0; t < kT; ++t) {
+    acc[t] = ZeroF();
+    acc_bias[t] = _mm256_setzero_ps();
+  }
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const uint8_t* wb = w + ib * kBlockBytes;
+    Decoded dec;
+    kDecode(wb, &dec);
+    const VI* u = dec.u;
+    const VI* sc = dec.sc;
+    for (int t = 0; t < kT; ++t) {
+      const uint8_t* xb =
+          x + t * a.x_row_bytes + ib * int64_t{sizeof(BlockQ8K)};
+      const uint8_t* xq = xb + offsetof(BlockQ8K, qs);
+      VI isum = DotAcc(ZeroI(), u[0], LoadVI(xq), sc[0]);
+      for (int n = 1; n < kVecs; ++n) {
+        isum = DotAcc(isum, u[n], LoadVI(xq + n * kVecBytes), sc[n]);
+      }
+      const __m256i ibias =
+          _mm256_madd_epi16(dec.b16, Load256(xb + offsetof(BlockQ8K, bsums)));
+      // x.d · (d_main, d_bias)
+      const __m128 dd = _mm_mul_ps(
+          _mm_broadcast_ss(reinterpret_cast<const float*>(xb)), dec.d);
+      acc[t] = FmaF(BroadcastLane0(dd), CvtF(isum), acc[t]);
+      acc_bias[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                                    _mm256_cvtepi32_ps(ibias), acc_bias[t]);
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    a.y[(r0 + t) * a.ldy + i] = ReduceF(acc[t]) - Reduce256(acc_bias[t]);
+  }
+}
+
+// Rows outer, activations inner in tiles of up to 4: a weight row is read
+// from memory once, and from L1 for the later tiles.
+template <void (*kDecode)(const uint8_t*, Decoded*), int kBlockBytes>
+void Gemv(const GemvArgs& a) {
+  for (int64_t i = a.row_begin; i < a.row_end; ++i) {
+    for (int r = 0; r < a.m; r += 4) {
+      switch (std::min(4, a.m - r)) {
+        case 1:
+          RowTile<kDecode, kBlockBytes, 1>(a, i, r);
+          break;
+        case 2:
+          RowTile<kDecode, kBlockBytes, 2>(a, i, r);
+          break;
+        case 3:
+          RowTile<kDecode, kBlockBytes, 3>(a, i, r);
+          break;
+        default:
+          RowTile<kDecode, kBlockBytes, 4>(a, i, r);
+          break;
+      }
+    }
+  }
+}
+
+// The kernel table; AVX-512 decodes Q4_K and Q6_K natively.
+template <int kW = kVecBytes>
+constexpr GemvSet MakeGemvSet() {
+  GemvSet set = {{
+      &Gemv<&Widened<&DecodeQ2K>, sizeof(BlockQ2K)>,
+      &Gemv<&Widened<&DecodeQ3K>, sizeof(BlockQ3K)>,
+      &Gemv<&Widened<&DecodeScaleMin<false>>, sizeof(BlockQ4K)>,
+      &Gemv<&Widened<&DecodeScaleMin<true>>, sizeof(BlockQ5K)>,
+      &Gemv<&Widened<&DecodeQ6K>, sizeof(BlockQ6K)>,
+  }};
+  if constexpr (kW == 64) {
+    set.fn[kQ4] = &Gemv<&DecodeQ4KWide<kW>, sizeof(BlockQ4K)>;
+    set.fn[kQ6] = &Gemv<&DecodeQ6KWide<kW>, sizeof(BlockQ6K)>;
+  }
+  return set;
+}
+const GemvSet kGemv = MakeGemvSet();
