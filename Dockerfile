@@ -32,8 +32,13 @@ COPY . .
 # one ccache just writes into this layer's /ccache, which is discarded.
 ENV CCACHE_DIR=/ccache
 ARG JOBS=""
+# .git is not copied (.dockerignore): pass the commit for --version and
+# kvserve_build_info, e.g. --build-arg KVSERVE_COMMIT=$(git rev-parse
+# --short=12 HEAD); without it they say "unknown".
+ARG KVSERVE_COMMIT=""
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+      -DKVSERVE_COMMIT="${KVSERVE_COMMIT}" \
  && cmake --build /build -j "${JOBS:-$(nproc)}" --target kvserve kvctl \
  && mkdir -p /out \
  && install -s /build/kvserve /build/kvctl /out/ \

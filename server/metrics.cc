@@ -122,7 +122,12 @@ Metrics::Metrics()
                         .Name("kvserve_model_weight_bytes")
                         .Help("Bytes of the served model's weights.")
                         .Register(*registry_)
-                        .Add({})) {
+                        .Add({})),
+      build_info_(BuildGauge()
+                      .Name("kvserve_build_info")
+                      .Help("Always 1; the labels say what runs: version, "
+                            "git commit and the ISA level the kernels use.")
+                      .Register(*registry_)) {
   for (const char* reason : {"ttl", "memory", "deleted"}) {
     evictions_.Add({{"reason", reason}});
   }
@@ -152,6 +157,15 @@ void Metrics::RequestFinished() {
   requests_in_flight_.Decrement();
 }
 void Metrics::SetWeightBytes(int64_t bytes) { weight_bytes_.Set(bytes); }
+
+void Metrics::SetBuildInfo(std::string_view version, std::string_view commit,
+                           std::string_view isa) {
+  build_info_
+      .Add({{"version", std::string(version)},
+            {"commit", std::string(commit)},
+            {"isa", std::string(isa)}})
+      .Set(1);
+}
 
 void Metrics::OnStep(int64_t batch_tokens, int64_t, double seconds) {
   decode_step_.Observe(seconds);

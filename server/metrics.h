@@ -34,6 +34,9 @@ class Metrics : public EngineObserver {
   void RequestFinished();
   int64_t in_flight() const { return in_flight_.load(); }
   void SetWeightBytes(int64_t bytes);
+  // kvserve_build_info{version,commit,isa} = 1. Call once, at start.
+  void SetBuildInfo(std::string_view version, std::string_view commit,
+                    std::string_view isa);
 
   // EngineObserver.
   void OnStep(int64_t batch_tokens, int64_t batch_sequences,
@@ -75,6 +78,7 @@ class Metrics : public EngineObserver {
   prometheus::Gauge& requests_in_flight_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Gauge& weight_bytes_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
   std::atomic<int64_t> in_flight_{0};
 };
 

@@ -83,8 +83,15 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(
   impl->k = AllocateHuge(half);
   impl->v = AllocateHuge(half);
   if (impl->k == nullptr || impl->v == nullptr) {
+    const int64_t per_token = bytes_per_block / options.block_tokens;
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "block pool: cannot allocate %d bytes of KV cache", 2 * half));
+        "block pool: cannot allocate %d bytes of KV cache (%d blocks of %d "
+        "tokens at %d bytes per token): lower --kv_cache_bytes or "
+        "--max_context, or %s",
+        2 * half, num_blocks, options.block_tokens, per_token,
+        options.dtype == DType::kF32
+            ? "use --kv_dtype=bf16 (half the bytes per token)"
+            : "a smaller --kv_dtype"));
   }
   impl->refcount.assign(impl->num_blocks, 0);
   impl->free_list.reserve(impl->num_blocks);

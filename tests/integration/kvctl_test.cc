@@ -267,6 +267,25 @@ TEST_F(KvctlTest, InfoJsonMatchesTheClient) {
   EXPECT_TRUE(absl::StrContains(
       text.out, absl::StrCat("n_kv_heads: ", expected->n_kv_heads(), "\n")))
       << text.out;
+  // The CPU the server computes on.
+  EXPECT_FALSE(expected->cpu().empty());
+  EXPECT_TRUE(absl::StrContains(text.out, "\ncpu: " + expected->cpu() + "\n"))
+      << text.out;
+  EXPECT_TRUE(absl::StrContains(text.out, "\nisa: " + expected->isa() + "\n"))
+      << text.out;
+  EXPECT_EQ((*info)["isa"].str(), expected->isa());
+}
+
+TEST_F(KvctlTest, HelpListsItsOwnFlagsAndExitsZero) {
+  absl::StatusOr<CommandResult> result =
+      RunCommand({BinDir() + "/kvctl", "--help"});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->status.code, 0) << result->err;
+  EXPECT_TRUE(absl::StrContains(result->out, "--addr")) << result->out;
+  EXPECT_TRUE(absl::StrContains(result->out, "Server address")) << result->out;
+  EXPECT_TRUE(absl::StrContains(result->out, "Flags from client/kvctl.cc"))
+      << result->out;
+  EXPECT_TRUE(absl::StrContains(result->out, "Exit status")) << result->out;
 }
 
 TEST_F(KvctlTest, TokenizeListsIdsAndPieces) {
