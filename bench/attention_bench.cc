@@ -180,15 +180,16 @@ void PrintDecode(const Env& env, const char* kind, AttentionPath path,
                  const absl::StatusOr<DecodeResult>& result) {
   if (!result.ok()) {
     if (env.json) {
-      std::printf("%s\n", bench::JsonLine()
-                              .Add("kind", kind)
-                              .Add("path", PathName(path))
-                              .Add("dtype", DTypeName(dtype))
-                              .Add("batch", batch)
-                              .Add("T", T)
-                              .Add("skipped", result.status().message())
-                              .str()
-                              .c_str());
+      std::printf("%s\n",
+                  bench::JsonLine()
+                      .Add("kind", kind)
+                      .Add("path", PathName(path))
+                      .Add("dtype", DTypeName(dtype))
+                      .Add("batch", batch)
+                      .Add("T", T)
+                      .Add("skipped", std::string(result.status().message()))
+                      .str()
+                      .c_str());
     } else {
       std::printf("%-11s %-6s %-4s %5d %6lld %4d skipped: %s\n", kind,
                   PathName(path), std::string(DTypeName(dtype)).c_str(), batch,

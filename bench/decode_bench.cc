@@ -1,30 +1,41 @@
-// decode_bench: single-sequence decode steps through the core (Model over a
-// BlockPool + BlockTable, no server) against the roofline measured in the
-// same run: (weight bytes + KV bytes read per token) / read bandwidth.
+// decode_bench: decode steps and prefill chunks through the core (Model over
+// a BlockPool + BlockTables, no server) for every common weight format,
+// against limits measured in the same run.
 //
-//   decode_bench [--json] [--rounds=N] [--batched_only]
+//   decode_bench [--json] [--rounds=N] [--types=f16,bf16,...] [--quick]
+//                [--gemv_max_rows=N] [--no_avx2]
 //
-// The model is made here (bench/util BenchModelOptions: 16 heads / 4 KV
-// heads, dim 1024, 270 MB f32 / 135 MB bf16 of weights), loaded once per
-// weight dtype; each case fills the KV cache with T random positions and
-// times the step that decodes position T (always the same position, so every
-// step reads exactly T + 1 positions). The machine is shared and its load
-// changes by the second, so each case alternates bandwidth samples (one
-// streaming read of 1 GiB) with steps: "ratio" is the median step over the
-// median roofline of those rounds, "r(min)" the fastest step over the
-// roofline at the best bandwidth.
+// The model is made here (bench/util BenchModelOptions with 8 layers: dim
+// 1024, 16 heads / 4 KV heads, hidden 2816, 91 M parameters), once per
+// weight format with the model maker's quantizers, and loaded as stored.
+// Decode: B sequences (batch 1 or 8) with T cached positions each decode
+// one token together; ratio = step time / roofline, where roofline = (weight
+// bytes + B * KV bytes of T + 1 positions) / read bandwidth, bandwidth
+// sampled between rounds of steps (the machine is shared). Prefill: one
+// 512-token chunk at position 0; ratio = its GFLOP/s / a oneDNN f32 sgemm's
+// measured in the same run. "regions": OpenMP parallel regions one step
+// opens (ours and oneDNN's).
+//
+// After its own rows the program runs itself again under
+// KVSERVE_MAX_ISA=avx2 (unless --no_avx2, or it already runs capped), so
+// one table shows the native and the AVX2 paths.
 // OMP_WAIT_POLICY defaults to passive (the program re-executes itself with
 // it when unset; set it to measure another policy).
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/util/bench_util.h"
+#include "bench/util/omp_regions.h"
 #include "bench/util/serve_util.h"
 #include "core/dnnl/context.h"
 #include "core/kv/block_table.h"
@@ -35,22 +46,24 @@
 namespace kvserve {
 namespace {
 
+LoadOptions ModelAt(const std::string& path) {
+  LoadOptions o;
+  o.model_path = path;
+  return o;
+}
+
 constexpr int kContext = 4352;
-
-struct Case {
-  DType weight_dtype, kv_dtype;
-  int64_t depth;  // cached tokens before the step
-};
-
 constexpr int kStepsPerRound = 3;
+constexpr int64_t kPrefillChunk = 512;
 
-struct Result {
-  int64_t bytes = 0;                          // read per token
-  double step_s = 0, step_min_s = 0;          // median and fastest step
-  double roofline_s = 0, roofline_min_s = 0;  // bytes / bandwidth samples
-  double bandwidth_gbps() const { return bytes / roofline_s / 1e9; }
-  double ratio() const { return step_s / roofline_s; }
-  double ratio_min() const { return step_min_s / roofline_min_s; }
+struct Env {
+  bool json = false;
+  int rounds = 8;
+  int threads = 1;
+  int64_t gemv_max_rows = -1;
+  bool team = true;  // ModelOptions::decode_in_team
+  bench::BandwidthProbe* probe = nullptr;
+  double sgemm_gflops = 0;
 };
 
 // Writes T positions of random K/V into `table` (all layers).
@@ -67,254 +80,267 @@ void FillKv(const ModelConfig& c, int64_t T, BlockTable& table) {
   }
 }
 
-absl::StatusOr<Result> RunCase(const ModelWeights& weights, const Case& cs,
-                               int rounds, bench::BandwidthProbe& probe) {
-  const ModelConfig& c = weights.config;
+struct Row {
+  std::string type, kind;
+  int64_t T = 0;
+  int batch = 1;
+  int64_t bytes = 0;   // read per decode step / weight bytes for prefill
+  double ms = 0;       // median step or chunk
+  double limit = 0;    // roofline ms (decode) or sgemm GFLOP/s (prefill)
+  double ratio = 0;    // ms / roofline (decode), GFLOP/s / sgemm (prefill)
+  double regions = 0;  // OpenMP regions per step
+  double gflops = 0;   // prefill only
+};
+
+void Print(const Env& env, const Row& r) {
+  const std::string isa(IsaLevelName(EffectiveIsa()));
+  if (env.json) {
+    std::printf("%s\n", bench::JsonLine()
+                            .Add("kind", r.kind)
+                            .Add("isa", isa)
+                            .Add("weights", r.type)
+                            .Add("cached_tokens", r.T)
+                            .Add("batch", r.batch)
+                            .Add("bytes", r.bytes)
+                            .Add("ms", r.ms)
+                            .Add("limit", r.limit)
+                            .Add("ratio", r.ratio)
+                            .Add("gflops", r.gflops)
+                            .Add("omp_regions", r.regions)
+                            .Add("threads", env.threads)
+                            .Add("omp_wait_policy", bench::OmpWaitPolicy())
+                            .str()
+                            .c_str());
+  } else if (r.kind == "decode") {
+    std::printf(
+        "%-11s %-7s %-7s %5lld %5d %8.1f %8.2f %8.1f %8.2f %6.2f %7.0f\n",
+        isa.c_str(), r.type.c_str(), "decode", static_cast<long long>(r.T),
+        r.batch, r.bytes / 1e6, r.ms, r.batch * 1e3 / r.ms, r.limit, r.ratio,
+        r.regions);
+  } else {
+    std::printf(
+        "%-11s %-7s %-7s %5lld %5d %8.1f %8.2f %8.1f %8.1f %6.2f %7.0f  "
+        "(%.1f GFLOP/s vs sgemm %.1f)\n",
+        isa.c_str(), r.type.c_str(), "prefill", static_cast<long long>(r.T),
+        r.batch, r.bytes / 1e6, r.ms, kPrefillChunk * 1e3 / r.ms, r.limit,
+        r.ratio, r.regions, r.gflops, r.limit);
+  }
+  std::fflush(stdout);
+}
+
+absl::StatusOr<std::unique_ptr<BlockPool>> MakePool(const ModelConfig& c,
+                                                    int64_t tokens) {
   BlockPoolOptions po;
   po.n_layers = c.n_layers;
   po.n_kv_heads = c.n_kv_heads;
   po.head_dim = c.head_dim;
-  po.dtype = cs.kv_dtype;
+  po.dtype = DType::kBF16;
   po.capacity_bytes =
-      (cs.depth + 1 + 2 * po.block_tokens) * c.KvBytesPerToken(cs.kv_dtype);
-  absl::StatusOr<std::unique_ptr<BlockPool>> pool = BlockPool::Create(po);
+      (tokens + 4 * po.block_tokens) * c.KvBytesPerToken(po.dtype);
+  return BlockPool::Create(po);
+}
+
+// `batch` sequences at depth T decode one token together.
+absl::StatusOr<Row> Decode(const Env& env, const ModelWeights& w,
+                           const std::string& type, int batch, int64_t T) {
+  const ModelConfig& c = w.config;
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool =
+      MakePool(c, batch * (T + 1) + batch * 128);
   if (!pool.ok()) return pool.status();
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(&weights, pool->get());
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(
+      &w, pool->get(),
+      {.gemv_max_rows = env.gemv_max_rows, .decode_in_team = env.team});
   if (!model.ok()) return model.status();
-  BlockTable table(pool->get());
-  if (absl::Status s = table.Extend(cs.depth + 1); !s.ok()) return s;
-  FillKv(c, cs.depth, table);
+  std::vector<BlockTable> tables;
+  tables.reserve(batch);
+  std::vector<SeqChunk> chunks;
   const std::vector<int32_t> token = {42 % c.vocab_size};
-  const SeqChunk chunk{.kv = &table,
-                       .start_pos = cs.depth,
-                       .tokens = token,
-                       .want_logits = true};
+  for (int b = 0; b < batch; ++b) {
+    tables.emplace_back(pool->get());
+    if (absl::Status s = tables.back().Extend(T + 1); !s.ok()) return s;
+    FillKv(c, T, tables.back());
+  }
+  for (int b = 0; b < batch; ++b) {
+    chunks.push_back(SeqChunk{.kv = &tables[b],
+                              .start_pos = T,
+                              .tokens = token,
+                              .want_logits = true});
+  }
   absl::Status failed;
-  auto step = [&](int64_t) {
-    absl::StatusOr<absl::Span<const float>> logits =
-        (*model)->Forward(absl::MakeConstSpan(&chunk, 1));
+  auto step = [&] {
+    absl::StatusOr<absl::Span<const float>> logits = (*model)->Forward(chunks);
     if (!logits.ok()) failed = logits.status();
   };
-  // Rounds of one bandwidth sample and a few steps, so that both see the
-  // same load on a shared machine; the ratio compares their medians.
-  for (int i = 0; i < 3; ++i) step(i);
+  for (int i = 0; i < 3; ++i) step();
+  const int64_t regions0 = bench::OmpRegionCount();
+  step();
+  const int64_t regions = bench::OmpRegionCount() - regions0;
+  const int64_t bytes = bench::DecodeWeightBytes(w) +
+                        batch * (T + 1) * c.KvBytesPerToken(DType::kBF16);
   std::vector<double> step_s, roofline_s;
-  const int64_t bytes =
-      bench::DecodeWeightBytes(c, weights.layers[0].wq.dtype) +
-      (cs.depth + 1) * c.KvBytesPerToken(cs.kv_dtype);
-  for (int round = 0; round < rounds; ++round) {
-    roofline_s.push_back(bytes / (probe.MeasureGbps(1) * 1e9));
+  for (int round = 0; round < env.rounds; ++round) {
+    roofline_s.push_back(bytes / (env.probe->MeasureGbps(1) * 1e9));
     for (int i = 0; i < kStepsPerRound; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      step(i);
+      step();
       step_s.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
               .count());
     }
   }
   if (!failed.ok()) return failed;
-  Result r;
+  Row r;
+  r.type = type;
+  r.kind = "decode";
+  r.T = T;
+  r.batch = batch;
   r.bytes = bytes;
-  r.step_s = bench::Quantile(step_s, 0.5);
-  r.step_min_s = bench::Quantile(step_s, 0);
-  r.roofline_s = bench::Quantile(roofline_s, 0.5);
-  r.roofline_min_s = bench::Quantile(roofline_s, 0);
+  r.ms = bench::Quantile(step_s, 0.5) * 1e3;
+  r.limit = bench::Quantile(roofline_s, 0.5) * 1e3;
+  r.ratio = r.ms / r.limit;
+  r.regions = regions;
   return r;
 }
 
-// Steps of `batch` sequences at `depth` decoding together (one token each),
-// as the engine batches running sessions: the median step time.
-absl::StatusOr<double> BatchedStep(const ModelWeights& weights, int batch,
-                                   int64_t depth, int rounds) {
-  const ModelConfig& c = weights.config;
-  BlockPoolOptions po;
-  po.n_layers = c.n_layers;
-  po.n_kv_heads = c.n_kv_heads;
-  po.head_dim = c.head_dim;
-  po.capacity_bytes =
-      batch * (depth + 1 + 2 * po.block_tokens) * c.KvBytesPerToken(po.dtype);
-  absl::StatusOr<std::unique_ptr<BlockPool>> pool = BlockPool::Create(po);
+// One 512-token chunk at position 0.
+absl::StatusOr<Row> Prefill(const Env& env, const ModelWeights& w,
+                            const std::string& type) {
+  const ModelConfig& c = w.config;
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool =
+      MakePool(c, kPrefillChunk + 16);
   if (!pool.ok()) return pool.status();
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      Model::Create(&weights, pool->get());
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(
+      &w, pool->get(),
+      {.gemv_max_rows = env.gemv_max_rows, .decode_in_team = env.team});
   if (!model.ok()) return model.status();
-  std::vector<BlockTable> tables;
-  std::vector<SeqChunk> chunks;
-  const std::vector<int32_t> token = {42 % c.vocab_size};
-  tables.reserve(batch);
-  for (int b = 0; b < batch; ++b) {
-    tables.emplace_back(pool->get());
-    if (absl::Status s = tables.back().Extend(depth + 1); !s.ok()) return s;
-    FillKv(c, depth, tables.back());
-  }
-  for (int b = 0; b < batch; ++b) {
-    chunks.push_back(SeqChunk{.kv = &tables[b],
-                              .start_pos = depth,
-                              .tokens = token,
-                              .want_logits = true});
-  }
+  BlockTable table(pool->get());
+  if (absl::Status s = table.Extend(kPrefillChunk); !s.ok()) return s;
+  std::vector<int32_t> tokens(kPrefillChunk);
+  for (int64_t i = 0; i < kPrefillChunk; ++i)
+    tokens[i] = (i * 7) % c.vocab_size;
+  const SeqChunk chunk{
+      .kv = &table, .start_pos = 0, .tokens = tokens, .want_logits = true};
   absl::Status failed;
+  int64_t regions = 0;
   const bench::Timing t = bench::TimeCalls(
       [&](int64_t) {
+        const int64_t r0 = bench::OmpRegionCount();
         absl::StatusOr<absl::Span<const float>> logits =
-            (*model)->Forward(chunks);
+            (*model)->Forward(absl::MakeConstSpan(&chunk, 1));
+        regions = bench::OmpRegionCount() - r0;
         if (!logits.ok()) failed = logits.status();
       },
-      rounds * kStepsPerRound, 0.3, 2);
+      3, 0.5, 1);
   if (!failed.ok()) return failed;
-  return t.median_s;
+  // Matmul FLOPs of every layer (the classifier runs for the last row
+  // only) plus causal attention's QKᵀ and PV.
+  const double per_token = 2.0 *
+                           (c.dim * (c.q_dim() + 2.0 * c.kv_dim()) +
+                            c.q_dim() * c.dim + 3.0 * c.dim * c.hidden_dim) *
+                           c.n_layers;
+  double attention = 0;
+  for (int64_t i = 0; i < kPrefillChunk; ++i) {
+    attention += 4.0 * c.n_heads * c.head_dim * (i + 1) * c.n_layers;
+  }
+  Row r;
+  r.type = type;
+  r.kind = "prefill";
+  r.T = kPrefillChunk;
+  r.bytes = w.TotalBytes();
+  r.ms = t.median_s * 1e3;
+  r.gflops = (per_token * kPrefillChunk + attention) / t.median_s / 1e9;
+  r.limit = env.sgemm_gflops;
+  r.ratio = r.gflops / env.sgemm_gflops;
+  r.regions = regions;
+  return r;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "decode_bench: %s\n", s.ToString().c_str());
+  return 1;
 }
 
 int Main(int argc, char** argv) {
-  const bool json = bench::HasFlag(argc, argv, "--json");
-  const int rounds = bench::IntFlag(argc, argv, "--rounds", 12);
-  const int threads = omp_get_max_threads();
-  const bool batched_only = bench::HasFlag(argc, argv, "--batched_only");
+  Env env;
+  env.json = bench::HasFlag(argc, argv, "--json");
+  env.rounds = bench::IntFlag(argc, argv, "--rounds", 8);
+  env.threads = omp_get_max_threads();
+  env.gemv_max_rows = bench::IntFlag(argc, argv, "--gemv_max_rows", -1);
+  const bool quick = bench::HasFlag(argc, argv, "--quick");
+  env.team = !bench::HasFlag(argc, argv, "--no_team");
+  const bool child = bench::HasFlag(argc, argv, "--child");
+  std::string types = "f16,bf16,q8_0,q6_k,q4_k_m,q4_0";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--types=", 0) == 0) types = a.substr(8);
+  }
 
   absl::StatusOr<bench::ScratchDir> dir =
       bench::ScratchDir::Create("decode_bench.");
-  if (!dir.ok()) {
-    std::fprintf(stderr, "decode_bench: %s\n", dir.status().ToString().c_str());
-    return 1;
-  }
-  const std::string path = dir->path() + "/model.gguf";
-  const RandomModelOptions mo = bench::BenchModelOptions(kContext);
-  if (absl::Status s = bench::WriteBenchModel(mo, path); !s.ok()) {
-    std::fprintf(stderr, "decode_bench: %s\n", s.ToString().c_str());
-    return 1;
-  }
+  if (!dir.ok()) return Fail(dir.status());
+  RandomModelOptions mo = bench::BenchModelOptions(kContext);
+  mo.n_layers = 8;
   bench::BandwidthProbe probe;
-  if (!json) {
+  env.probe = &probe;
+  env.sgemm_gflops = bench::MeasureSgemmGflops(kPrefillChunk, 2816, 1024);
+  if (!env.json && !child) {
     std::printf(
         "decode_bench: made model %d layers, dim %d, %d heads / %d KV heads, "
-        "hidden %d; %d OpenMP threads, OMP_WAIT_POLICY=%s\n%s; oneDNN ISA "
-        "%s\n"
-        "%d rounds of (1 bandwidth sample, %d steps); roofline = (weight + KV "
-        "bytes per token) / read bandwidth\n\n",
-        mo.n_layers, mo.dim, mo.n_heads, mo.n_kv_heads, mo.hidden_dim, threads,
-        bench::OmpWaitPolicy().c_str(), CpuSummary().c_str(),
-        DnnlIsaName().c_str(), rounds, kStepsPerRound);
-    std::printf("%-6s %-4s %5s %8s %9s %8s %8s %9s %7s %7s %7s\n", "weight",
-                "kv", "T", "MB/tok", "step ms", "min ms", "tok/s", "roof ms",
-                "bw GB/s", "ratio", "r(min)");
+        "hidden %d; KV bf16; %d OpenMP threads, OMP_WAIT_POLICY=%s\n%s; "
+        "oneDNN ISA %s\nread bandwidth %.1f GB/s (sampled again between "
+        "rounds); oneDNN sgemm 512x2816x1024: %.1f GFLOP/s\n"
+        "decode ratio = step / ((weight + KV bytes) / bandwidth), lower is "
+        "better, 1.0 is the memory roofline; prefill ratio = GFLOP/s / "
+        "sgemm's\n\n",
+        mo.n_layers, mo.dim, mo.n_heads, mo.n_kv_heads, mo.hidden_dim,
+        env.threads, bench::OmpWaitPolicy().c_str(), CpuSummary().c_str(),
+        DnnlIsaName().c_str(), probe.MeasureGbps(3), env.sgemm_gflops);
+    std::printf("%-11s %-7s %-7s %5s %5s %8s %8s %8s %8s %6s %7s\n", "isa",
+                "weights", "case", "T", "batch", "MB/step", "ms", "tok/s",
+                "limit", "ratio", "regions");
+  } else if (!env.json) {
+    std::printf("(again under KVSERVE_MAX_ISA=avx2: %s)\n",
+                CpuSummary().c_str());
   }
-  double worst = 0;
-  for (DType wd : {DType::kF32, DType::kBF16}) {
-    if (batched_only) break;
-    LoadOptions lo;
-    lo.model_path = path;
-    lo.weight_dtype = std::string(DTypeName(wd));
-    absl::StatusOr<LoadedModel> loaded = LoadModel(lo);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "decode_bench: %s\n",
-                   loaded.status().ToString().c_str());
-      return 1;
+  for (const std::string& type :
+       std::vector<std::string>(absl::StrSplit(types, ','))) {
+    mo.dtype = type;
+    const std::string path = dir->path() + "/" + type + ".gguf";
+    if (absl::Status s = bench::WriteBenchModel(mo, path); !s.ok()) {
+      return Fail(s);
     }
-    // Held as f32 where this CPU cannot compute bf16 (the loader's warning).
-    const DType held = loaded->weights->layers[0].wq.dtype;
-    for (DType kd : {DType::kF32, DType::kBF16}) {
-      for (int64_t depth : {128, 4000}) {
-        const Case cs{held, kd, depth};
-        absl::StatusOr<Result> r = RunCase(*loaded->weights, cs, rounds, probe);
-        if (!r.ok()) {
-          std::fprintf(stderr, "decode_bench: %s\n",
-                       r.status().ToString().c_str());
-          return 1;
-        }
-        worst = std::max(worst, r->ratio());
-        if (json) {
-          std::printf("%s\n",
-                      bench::JsonLine()
-                          .Add("kind", "decode")
-                          .Add("weight_dtype", DTypeName(held))
-                          .Add("isa", IsaLevelName(EffectiveIsa()))
-                          .Add("kv_dtype", DTypeName(kd))
-                          .Add("cached_tokens", depth)
-                          .Add("bytes_per_token", r->bytes)
-                          .Add("step_seconds", r->step_s)
-                          .Add("step_min_seconds", r->step_min_s)
-                          .Add("tokens_per_second", 1.0 / r->step_s)
-                          .Add("roofline_seconds", r->roofline_s)
-                          .Add("roofline_min_seconds", r->roofline_min_s)
-                          .Add("bandwidth_gbps", r->bandwidth_gbps())
-                          .Add("step_over_roofline", r->ratio())
-                          .Add("step_min_over_roofline", r->ratio_min())
-                          .Add("threads", threads)
-                          .Add("omp_wait_policy", bench::OmpWaitPolicy())
-                          .str()
-                          .c_str());
-        } else {
-          std::printf(
-              "%-6s %-4s %5lld %8.1f %9.2f %8.2f %8.1f %9.2f %7.1f %7.2f "
-              "%7.2f\n",
-              std::string(DTypeName(held)).c_str(),
-              std::string(DTypeName(kd)).c_str(), static_cast<long long>(depth),
-              r->bytes / 1e6, r->step_s * 1e3, r->step_min_s * 1e3,
-              1.0 / r->step_s, r->roofline_s * 1e3, r->bandwidth_gbps(),
-              r->ratio(), r->ratio_min());
-        }
-        std::fflush(stdout);
+    absl::StatusOr<LoadedModel> loaded = LoadModel(ModelAt(path));
+    if (!loaded.ok()) return Fail(loaded.status());
+    for (int batch : {1, 8}) {
+      for (int64_t T : {int64_t{128}, int64_t{4000}}) {
+        if (quick && batch == 8 && T == 4000) continue;
+        absl::StatusOr<Row> r = Decode(env, *loaded->weights, type, batch, T);
+        if (!r.ok()) return Fail(r.status());
+        Print(env, *r);
       }
     }
+    absl::StatusOr<Row> p = Prefill(env, *loaded->weights, type);
+    if (!p.ok()) return Fail(p.status());
+    Print(env, *p);
   }
-  // Batched decode (bf16 weights, f32 KV, 128 cached tokens each): what
-  // one engine step costs per batch size, the core's share of serve_bench's
-  // aggregate throughput.
-  {
-    LoadOptions lo;
-    lo.model_path = path;
-    lo.weight_dtype = "bf16";
-    absl::StatusOr<LoadedModel> loaded = LoadModel(lo);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "decode_bench: %s\n",
-                   loaded.status().ToString().c_str());
-      return 1;
-    }
-    if (!json) {
-      std::printf(
-          "\nbatched decode, %s weights, f32 KV, 128 cached tokens "
-          "per sequence\n%5s %9s %14s\n",
-          std::string(DTypeName(loaded->weights->layers[0].wq.dtype)).c_str(),
-          "batch", "step/b=1", "tok/s / b=1");
-    }
-    double one = 0;
-    for (int batch : {1, 4, 16, 64}) {
-      absl::StatusOr<double> step =
-          BatchedStep(*loaded->weights, batch, 128, rounds);
-      if (!step.ok()) {
-        std::fprintf(stderr, "decode_bench: %s\n",
-                     step.status().ToString().c_str());
-        return 1;
-      }
-      if (batch == 1) one = *step;
-      const double speedup = batch * one / *step;
-      if (json) {
-        std::printf("%s\n", bench::JsonLine()
-                                .Add("kind", "batched_decode")
-                                .Add("batch", batch)
-                                .Add("step_seconds", *step)
-                                .Add("tokens_per_second_over_batch1", speedup)
-                                .str()
-                                .c_str());
-      } else {
-        std::printf("%5d %9.2f %14.2f\n", batch, *step / one, speedup);
-      }
-      std::fflush(stdout);
-    }
+  if (child || bench::HasFlag(argc, argv, "--no_avx2") ||
+      EffectiveIsa() <= IsaLevel::kAvx2) {
+    return 0;
   }
-
-  if (json) {
-    std::printf("%s\n", bench::JsonLine()
-                            .Add("kind", "summary")
-                            .Add("worst_step_over_roofline", worst)
-                            .Add("target", 1.15)
-                            .str()
-                            .c_str());
-  } else {
-    std::printf("\nworst step / roofline: %.2f (target <= 1.15)\n", worst);
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("KVSERVE_MAX_ISA", "avx2", 1);
+    std::vector<char*> args(argv, argv + argc);
+    std::string child_flag = "--child";
+    args.push_back(child_flag.data());
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
+    _exit(127);
   }
-  return 0;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 }  // namespace

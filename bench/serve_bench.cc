@@ -156,15 +156,11 @@ struct SingleResult {
 absl::StatusOr<SingleResult> RunSingle(Env& env, bench::BandwidthProbe& probe) {
   absl::StatusOr<std::string> session = NewSession(*env.client, env.Tokens(16));
   if (!session.ok()) return session.status();
-  const int64_t weight_bytes =
-      bench::DecodeWeightBytes(ModelConfig{.n_layers = env.info.n_layers(),
-                                           .dim = env.info.dim(),
-                                           .hidden_dim = env.info.hidden_dim(),
-                                           .n_heads = env.info.n_heads(),
-                                           .n_kv_heads = env.info.n_kv_heads(),
-                                           .head_dim = env.info.head_dim(),
-                                           .vocab_size = env.info.vocab_size()},
-                               env.weight_dtype);
+  // What a decode step reads: every matrix but the embedding table (the
+  // server reports the bytes of all of them; the made model is untied).
+  const int64_t weight_bytes = env.info.weight_bytes() -
+                               int64_t{env.info.vocab_size()} * env.info.dim() *
+                                   (env.weight_dtype == DType::kF32 ? 4 : 2);
   std::vector<double> itls, rooflines;
   int64_t length = 16;
   if (absl::StatusOr<Stream> warm = Generate(*env.client, *session, {}, 8);

@@ -8,7 +8,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/quant/quant.h"
 #include "core/text/utf8_stream_decoder.h"
+#include "core/util/cpu_features.h"
 #include "server/convert.h"
 #include "server/status.h"
 
@@ -240,8 +242,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
   response->set_hidden_dim(c.hidden_dim);
   response->set_vocab_size(c.vocab_size);
   response->set_context_length(engine_->max_context());
-  response->set_weight_dtype(
-      std::string(DTypeName(weights_->layers.front().wq.dtype)));
+  const quant::TypeInfo* wq_type =
+      quant::Info(weights_->layers.front().wq.type);
+  response->set_weight_dtype(wq_type != nullptr ? std::string(wq_type->name)
+                                                : "unknown");
   response->set_kv_dtype(std::string(DTypeName(engine_->options().kv_dtype)));
   response->set_kv_bytes_per_token(engine_->kv_bytes_per_token());
   response->set_kv_cache_capacity_bytes(engine_->kv_capacity_bytes());
@@ -250,6 +254,8 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
   response->set_bos_token_id(tokenizer_->bos_id());
   response->set_eos_token_id(tokenizer_->eos_id());
   response->set_weight_bytes(weights_->TotalBytes());
+  response->set_cpu(CpuFeatureString(Cpu()));
+  response->set_isa(std::string(IsaLevelName(EffectiveIsa())));
   return call.Finish(absl::OkStatus());
 }
 

@@ -4,24 +4,39 @@
 // command line overrides.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "core/dnnl/context.h"
+#include "core/util/cpu_features.h"
 #include "core/util/omp_wait.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "kvserve_build_info.h"
 #include "prometheus/exposer.h"
 #include "server/inference_service.h"
+#include "server/kv_budget.h"
 #include "server/metrics.h"
 #include "server/model_source.h"
 #include "server/process_metrics.h"
@@ -35,9 +50,13 @@ ABSL_FLAG(std::string, model, "",
 ABSL_FLAG(std::string, tokenizer, "",
           "llama2.c tokenizer file (needed with a llama2.c model)");
 ABSL_FLAG(std::string, weight_dtype, "auto",
-          "auto|f32|bf16: how weights are held for compute");
+          "auto: every matrix as the file stores it (F16, BF16, Q8_0, Q4_K, "
+          "... computed in its own format); f32 or bf16: converted once at "
+          "load");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
-          "KV cache budget in bytes; 0 = room for 8 full contexts");
+          "KV cache budget in bytes; 0 = 8 full contexts, at most half of "
+          "the free memory (MemAvailable or the cgroup limit), at least one "
+          "block per --max_running sequence (printed at start)");
 ABSL_FLAG(std::string, kv_dtype, "f32", "f32|bf16: KV cache element type");
 ABSL_FLAG(int32_t, kv_block_tokens, kvserve::BlockPoolOptions().block_tokens,
           "positions per KV cache block");
@@ -61,7 +80,87 @@ ABSL_FLAG(double, shutdown_grace_seconds, 10,
 namespace kvserve {
 namespace {
 
+// Paths relative to the source tree, for --help ("server/main.cc").
+constexpr absl::string_view kThisFile = __FILE__;
+constexpr absl::string_view kSourceRoot =
+    kThisFile.substr(0, kThisFile.size() - sizeof("server/main.cc") + 1);
+
+std::string SourcePath(absl::string_view file) {
+  absl::ConsumePrefix(&file, kSourceRoot);
+  return std::string(file);
+}
+
+// --help and --helpshort list the flags defined under server/.
+bool IsServerFlagFile(absl::string_view file) {
+  return absl::StartsWith(SourcePath(file), "server/");
+}
+
+void ConfigureUsage() {
+  absl::SetProgramUsageMessage(
+      "serves a Llama-family model over gRPC with server-side KV sessions.\n"
+      "\n"
+      "Usage: kvserve [--flag=value]...\n"
+      "\n"
+      "Every --flag can also come from the environment as KVSERVE_FLAG\n"
+      "(e.g. KVSERVE_KV_CACHE_BYTES=1000000000); the command line wins.\n"
+      "KVSERVE_MAX_ISA=avx2|avx512|avx512_bf16|native (or scalar) caps the\n"
+      "CPU features our kernels and oneDNN use. --helpfull also lists\n"
+      "Abseil's own flags; --version prints the version and git commit.");
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = IsServerFlagFile;
+  config.contains_helpshort_flags = IsServerFlagFile;
+  config.normalize_filename = SourcePath;
+  config.version_string = [] {
+    return absl::StrCat("kvserve ", KVSERVE_VERSION, " (commit ",
+                        KVSERVE_COMMIT, ")\n");
+  };
+  absl::SetFlagsUsageConfig(config);
+}
+
+// absl::ParseCommandLine, except that --help (and --helpfull, ...) exits 0
+// as --version does: Abseil 20220623 exits 1 after printing help. nullopt
+// when a usage flag was handled (its output printed).
+std::optional<std::vector<char*>> ParseFlags(int argc, char** argv) {
+  namespace fi = absl::flags_internal;
+  std::vector<char*> rest = fi::ParseCommandLineImpl(
+      argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
+      fi::UsageFlagsAction::kIgnoreUsage,
+      fi::OnUndefinedFlag::kAbortIfUndefined);
+  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
+    return std::nullopt;
+  }
+  return rest;
+}
+
+// The KV cache budget: --kv_cache_bytes, or the default of kv_budget.h.
+// Prints how it was chosen and any warning.
+int64_t ChooseKvCacheBytes(const ModelConfig& config, DType kv_dtype) {
+  const int max_context = absl::GetFlag(FLAGS_max_context);
+  const KvCacheShape shape{
+      .bytes_per_token = config.KvBytesPerToken(kv_dtype),
+      .max_context = max_context > 0 ? max_context : config.context_length,
+      .block_tokens = std::max(1, absl::GetFlag(FLAGS_kv_block_tokens)),
+      .max_running = std::max(1, absl::GetFlag(FLAGS_max_running))};
+  const MachineMemory memory = ReadMachineMemory();
+  const int64_t explicit_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  const KvCacheBudget budget =
+      explicit_bytes > 0 ? ExplicitKvCacheBudget(explicit_bytes, shape)
+                         : DefaultKvCacheBudget(shape, memory);
+  std::fprintf(stderr, "kvserve: %s\n", budget.explanation.c_str());
+  for (const std::string& warning :
+       KvCacheBudgetWarnings(budget.bytes, shape, memory)) {
+    std::fprintf(stderr, "kvserve: warning: %s\n", warning.c_str());
+  }
+  return budget.bytes;
+}
+
 int Serve() {
+  if (absl::Status s = IsaCapStatus(); !s.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "kvserve: %s; oneDNN ISA %s\n", CpuSummary().c_str(),
+               DnnlIsaName().c_str());
   auto model = LoadServedModel(absl::GetFlag(FLAGS_model),
                                absl::GetFlag(FLAGS_tokenizer),
                                absl::GetFlag(FLAGS_weight_dtype));
@@ -69,6 +168,9 @@ int Serve() {
     std::fprintf(stderr, "kvserve: %s\n", model.status().ToString().c_str());
     return 1;
   }
+  std::fprintf(stderr, "kvserve: weights %.1f MiB held as stored: %s\n",
+               model->weights->TotalBytes() / 1048576.0,
+               model->weights->TypeSummary().c_str());
   absl::StatusOr<DType> kv_dtype = ParseDType(absl::GetFlag(FLAGS_kv_dtype));
   if (!kv_dtype.ok()) {
     std::fprintf(stderr, "kvserve: --kv_dtype: %s\n",
@@ -76,7 +178,15 @@ int Serve() {
     return 1;
   }
   EngineOptions options;
-  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  if (absl::GetFlag(FLAGS_kv_cache_bytes) < 0) {
+    std::fprintf(stderr,
+                 "kvserve: --kv_cache_bytes=%lld must not be negative (0: the "
+                 "default budget)\n",
+                 static_cast<long long>(absl::GetFlag(FLAGS_kv_cache_bytes)));
+    return 2;
+  }
+  options.kv_cache_bytes =
+      ChooseKvCacheBytes(model->weights->config, *kv_dtype);
   options.kv_dtype = *kv_dtype;
   options.kv_block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   options.max_context = absl::GetFlag(FLAGS_max_context);
@@ -90,6 +200,8 @@ int Serve() {
 
   auto metrics = std::make_unique<Metrics>();
   metrics->SetWeightBytes(model->weights->TotalBytes());
+  metrics->SetBuildInfo(KVSERVE_VERSION, KVSERVE_COMMIT,
+                        IsaLevelName(EffectiveIsa()));
   auto engine = Engine::Create(options, model->weights.get(),
                                model->tokenizer.get(), metrics.get());
   if (!engine.ok()) {
@@ -173,16 +285,16 @@ int Serve() {
 
 int main(int argc, char** argv) {
   kvserve::ExecWithPassiveOmpWaitUnlessSet(argv);
-  absl::SetProgramUsageMessage(
-      "Serves a Llama-family model over gRPC with server-side KV sessions.\n"
-      "Every --flag can also come from the environment as KVSERVE_FLAG.");
+  kvserve::ConfigureUsage();
   // Signals go to the thread that waits for them, never to gRPC's threads.
   kvserve::BlockTerminationSignals();
   if (absl::Status s = kvserve::ApplyEnvironmentFlags("KVSERVE_"); !s.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", s.ToString().c_str());
     return 2;
   }
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::optional<std::vector<char*>> parsed = kvserve::ParseFlags(argc, argv);
+  if (!parsed.has_value()) return 0;  // --help or --version
+  const std::vector<char*>& rest = *parsed;
   if (rest.size() > 1) {
     std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n",
                  rest[1]);

@@ -58,13 +58,11 @@ absl::Status WriteBenchModel(const RandomModelOptions& options,
   return (*writer)->WriteFile(path);
 }
 
-int64_t DecodeWeightBytes(const ModelConfig& c, DType weight_dtype) {
-  const int64_t dim = c.dim;
-  const int64_t per_layer = dim * c.q_dim() + 2 * dim * c.kv_dim() +
-                            c.q_dim() * dim + 3 * dim * c.hidden_dim;
-  const int64_t matrices = c.n_layers * per_layer + c.vocab_size * dim + dim;
-  const int64_t norms = (2 * c.n_layers + 1) * dim * 4;
-  return matrices * DTypeSize(weight_dtype) + norms;
+int64_t DecodeWeightBytes(const ModelWeights& w) {
+  // Every matrix but the embedding table, of which a step reads one row
+  // per token (unless it is also the output matrix).
+  const bool tied = w.output.data == w.token_embd.data;
+  return w.TotalBytes() - (tied ? 0 : w.token_embd.bytes());
 }
 
 absl::StatusOr<ScratchDir> ScratchDir::Create(const std::string& prefix) {

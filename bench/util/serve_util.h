@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/model/config.h"
 #include "core/model/gguf_random_model.h"
+#include "core/model/weights.h"
 #include "core/util/omp_wait.h"
 
 namespace kvserve::bench {
@@ -30,10 +31,9 @@ RandomModelOptions BenchModelOptions(int context_length);
 absl::Status WriteBenchModel(const RandomModelOptions& options,
                              const std::string& path);
 
-// Bytes of the weight matrices one decode token reads in `weight_dtype`
-// (every projection of every layer plus the classifier, plus one embedding
-// row and the norms).
-int64_t DecodeWeightBytes(const ModelConfig& config, DType weight_dtype);
+// Bytes of the weights one decode token reads: every matrix and norm but
+// the embedding table, of which it reads one row.
+int64_t DecodeWeightBytes(const ModelWeights& weights);
 
 // A fresh folder under $TMPDIR (or /tmp), removed with its files on
 // destruction.

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <numbers>
@@ -82,7 +83,16 @@ struct GqaAttention::Impl {
     return int64_t{n_kv_heads} * block_tokens * head_dim;
   }
 
+  bool block_major = false;           // of the current decode
+  std::atomic<int64_t> next_item{0};  // its next work item
+
   void PlanRuns(absl::Span<const SeqKv> seqs, int n_threads, bool block_major);
+  // A decode call in three parts: the plan (one thread), the runs (every
+  // thread, dynamically), the combination (every thread, its share).
+  void PrepareDecode(absl::Span<const SeqKv> seqs, int n_threads, bool fused);
+  void DecodeWork(int layer, absl::Span<const SeqKv> seqs, const float* q,
+                  bool fused, int tid);
+  void CombineRuns(absl::Span<const SeqKv> seqs, float* out, const Team& team);
   void RunDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
                  float* out, bool fused);
   // Fused decode of kv_mul query rows q ([kv_mul][head_dim]) over the
@@ -126,14 +136,13 @@ void GqaAttention::Impl::PlanRuns(absl::Span<const SeqKv> seqs, int n_threads,
   first_run.push_back(static_cast<int32_t>(runs.size()));
 }
 
-void GqaAttention::Impl::RunDecode(int layer, absl::Span<const SeqKv> seqs,
-                                   const float* q, float* out, bool fused) {
-  const int n_threads = omp_get_max_threads();
+void GqaAttention::Impl::PrepareDecode(absl::Span<const SeqKv> seqs,
+                                       int n_threads, bool fused) {
   static const bool block_major_env = [] {
     const char* e = std::getenv("KVSERVE_BLOCK_MAJOR");
     return e == nullptr || e[0] != '0';
   }();
-  const bool block_major = fused && block_major_env;
+  block_major = fused && block_major_env;
   PlanRuns(seqs, n_threads, block_major);
   partials.resize(runs.size() * PartialFloats());
   const int64_t scratch_floats =
@@ -148,120 +157,140 @@ void GqaAttention::Impl::RunDecode(int layer, absl::Span<const SeqKv> seqs,
       chunk_idx.push_back(i);
     }
   }
-  const int64_t n_chunks = static_cast<int64_t>(chunk_seq.size());
   if (static_cast<int>(thread_scratch.size()) < n_threads) {
     thread_scratch.resize(n_threads);
   }
   for (auto& s : thread_scratch) s.resize(scratch_floats);
+  next_item.store(0, std::memory_order_relaxed);
+}
+
+void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
+                                    const float* q, bool fused, int tid) {
   const char* k_base = static_cast<const char*>(pool->KeyBlock(layer, 0));
   const char* v_base = static_cast<const char*>(pool->ValueBlock(layer, 0));
   const int64_t elem = DTypeSize(dtype);
-  const int64_t n_runs = static_cast<int64_t>(runs.size());
-  const int64_t n_pairs = static_cast<int64_t>(seqs.size()) * n_kv_heads;
   const int64_t row = int64_t{n_heads} * head_dim;
   const int64_t group_floats = int64_t{kv_mul} * head_dim;
-
-#pragma omp parallel num_threads(n_threads)
-  {
-    float* scratch = thread_scratch[omp_get_thread_num()].data();
-    float* qs = scratch;
-    DecodeArgs args;
-    args.head_dim = head_dim;
-    args.kv_mul = kv_mul;
-    args.block_tokens = block_tokens;
-    args.q = qs;
-    args.block_stride = BlockStride();
-    args.scratch = scratch + group_floats;
-    if (block_major) {
-      // One item = one chunk of one sequence's blocks, all KV groups, in
-      // memory order: block by block, and within a block group by group,
-      // so K and V are each read as one long sequential stream.
-      float* tmp = args.scratch + attention_internal::DecodeScratchFloats(
-                                      head_dim, kv_mul, block_tokens);
-      const PartialState t{tmp, tmp + kv_mul, tmp + 2 * kv_mul};
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t c = 0; c < n_chunks; ++c) {
-        const int32_t seq = chunk_seq[c];
-        const int32_t idx = chunk_idx[c];
-        const Run& run0 = runs[first_run[int64_t{seq} * n_kv_heads] + idx];
-        for (int32_t j = 0; j < run0.n_blocks; ++j) {
-          args.blocks = seqs[seq].blocks.data() + run0.first_block + j;
-          args.n_blocks = 1;
-          args.last_block_tokens =
-              j + 1 == run0.n_blocks ? run0.last_block_tokens : block_tokens;
-          for (int g = 0; g < n_kv_heads; ++g) {
-            const int64_t r = first_run[int64_t{seq} * n_kv_heads + g] + idx;
-            const float* qg = q + seq * row + g * group_floats;
-            for (int64_t i = 0; i < group_floats; ++i) {
-              qs[i] = qg[i] * q_scale;
-            }
-            const int64_t group_offset =
-                int64_t{g} * block_tokens * head_dim * elem;
-            args.k_base = k_base + group_offset;
-            args.v_base = v_base + group_offset;
-            const PartialState p = Partial(r);
-            if (j == 0) {
-              kernel(args, p);
-              continue;
-            }
-            kernel(args, t);
-            for (int h = 0; h < kv_mul; ++h) {
-              const float m = std::max(p.m[h], t.m[h]);
-              const float a = attention_internal::Exp2(p.m[h] - m);
-              const float b = attention_internal::Exp2(t.m[h] - m);
-              p.m[h] = m;
-              p.l[h] = p.l[h] * a + t.l[h] * b;
-              float* pa = p.acc + h * head_dim;
-              const float* ta = t.acc + h * head_dim;
-              for (int d = 0; d < head_dim; ++d) pa[d] = pa[d] * a + ta[d] * b;
-            }
+  float* scratch = thread_scratch[tid].data();
+  float* qs = scratch;
+  DecodeArgs args;
+  args.head_dim = head_dim;
+  args.kv_mul = kv_mul;
+  args.block_tokens = block_tokens;
+  args.q = qs;
+  args.block_stride = BlockStride();
+  args.scratch = scratch + group_floats;
+  // Items are taken one at a time from a shared counter (dynamic
+  // scheduling: runs differ in length).
+  auto next = [&] { return next_item.fetch_add(1, std::memory_order_relaxed); };
+  if (block_major) {
+    // One item = one chunk of one sequence's blocks, all KV groups, in
+    // memory order: block by block, and within a block group by group,
+    // so K and V are each read as one long sequential stream.
+    float* tmp = args.scratch + attention_internal::DecodeScratchFloats(
+                                    head_dim, kv_mul, block_tokens);
+    const PartialState t{tmp, tmp + kv_mul, tmp + 2 * kv_mul};
+    const int64_t n_chunks = static_cast<int64_t>(chunk_seq.size());
+    for (int64_t c = next(); c < n_chunks; c = next()) {
+      const int32_t seq = chunk_seq[c];
+      const int32_t idx = chunk_idx[c];
+      const Run& run0 = runs[first_run[int64_t{seq} * n_kv_heads] + idx];
+      for (int32_t j = 0; j < run0.n_blocks; ++j) {
+        args.blocks = seqs[seq].blocks.data() + run0.first_block + j;
+        args.n_blocks = 1;
+        args.last_block_tokens =
+            j + 1 == run0.n_blocks ? run0.last_block_tokens : block_tokens;
+        for (int g = 0; g < n_kv_heads; ++g) {
+          const int64_t r = first_run[int64_t{seq} * n_kv_heads + g] + idx;
+          const float* qg = q + seq * row + g * group_floats;
+          for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
+          const int64_t group_offset =
+              int64_t{g} * block_tokens * head_dim * elem;
+          args.k_base = k_base + group_offset;
+          args.v_base = v_base + group_offset;
+          const PartialState p = Partial(r);
+          if (j == 0) {
+            kernel(args, p);
+            continue;
+          }
+          kernel(args, t);
+          for (int h = 0; h < kv_mul; ++h) {
+            const float m = std::max(p.m[h], t.m[h]);
+            const float a = attention_internal::Exp2(p.m[h] - m);
+            const float b = attention_internal::Exp2(t.m[h] - m);
+            p.m[h] = m;
+            p.l[h] = p.l[h] * a + t.l[h] * b;
+            float* pa = p.acc + h * head_dim;
+            const float* ta = t.acc + h * head_dim;
+            for (int d = 0; d < head_dim; ++d) pa[d] = pa[d] * a + ta[d] * b;
           }
         }
       }
+    }
+    return;
+  }
+  const int64_t n_runs = static_cast<int64_t>(runs.size());
+  for (int64_t r = next(); r < n_runs; r = next()) {
+    const Run& run = runs[r];
+    const float* qg = q + run.seq * row + run.group * group_floats;
+    for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
+    const int64_t group_offset =
+        int64_t{run.group} * block_tokens * head_dim * elem;
+    args.k_base = k_base + group_offset;
+    args.v_base = v_base + group_offset;
+    args.blocks = seqs[run.seq].blocks.data() + run.first_block;
+    args.n_blocks = run.n_blocks;
+    args.last_block_tokens = run.last_block_tokens;
+    if (fused) {
+      kernel(args, Partial(r));
     } else {
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t r = 0; r < n_runs; ++r) {
-        const Run& run = runs[r];
-        const float* qg = q + run.seq * row + run.group * group_floats;
-        for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
-        const int64_t group_offset =
-            int64_t{run.group} * block_tokens * head_dim * elem;
-        args.k_base = k_base + group_offset;
-        args.v_base = v_base + group_offset;
-        args.blocks = seqs[run.seq].blocks.data() + run.first_block;
-        args.n_blocks = run.n_blocks;
-        args.last_block_tokens = run.last_block_tokens;
-        if (fused) {
-          kernel(args, Partial(r));
-        } else {
-          onednn->DecodeRun(args, Partial(r));
-        }
-      }
+      onednn->DecodeRun(args, Partial(r));
     }
-    // Combine each (sequence, group)'s runs: rescale to the common max.
-#pragma omp for schedule(static)
-    for (int64_t pair = 0; pair < n_pairs; ++pair) {
-      const int32_t r0 = first_run[pair];
-      const int32_t r1 = first_run[pair + 1];
-      float* o =
-          out + (pair / n_kv_heads) * row + (pair % n_kv_heads) * group_floats;
-      for (int h = 0; h < kv_mul; ++h) {
-        float m = -INFINITY;
-        for (int32_t r = r0; r < r1; ++r) m = std::max(m, Partial(r).m[h]);
-        float l = 0.0f;
-        float* oh = o + h * head_dim;
-        std::fill(oh, oh + head_dim, 0.0f);
-        for (int32_t r = r0; r < r1; ++r) {
-          const PartialState p = Partial(r);
-          const float c = attention_internal::Exp2(p.m[h] - m);
-          l += p.l[h] * c;
-          const float* acc = p.acc + h * head_dim;
-          for (int d = 0; d < head_dim; ++d) oh[d] += c * acc[d];
-        }
-        const float inv = 1.0f / l;
-        for (int d = 0; d < head_dim; ++d) oh[d] *= inv;
+  }
+}
+
+void GqaAttention::Impl::CombineRuns(absl::Span<const SeqKv> seqs, float* out,
+                                     const Team& team) {
+  // Each (sequence, group)'s runs, rescaled to their common max.
+  const int64_t n_pairs = static_cast<int64_t>(seqs.size()) * n_kv_heads;
+  const int64_t row = int64_t{n_heads} * head_dim;
+  const int64_t group_floats = int64_t{kv_mul} * head_dim;
+  int64_t begin = 0, end = 0;
+  team.Share(n_pairs, 1, &begin, &end);
+  for (int64_t pair = begin; pair < end; ++pair) {
+    const int32_t r0 = first_run[pair];
+    const int32_t r1 = first_run[pair + 1];
+    float* o =
+        out + (pair / n_kv_heads) * row + (pair % n_kv_heads) * group_floats;
+    for (int h = 0; h < kv_mul; ++h) {
+      float m = -INFINITY;
+      for (int32_t r = r0; r < r1; ++r) m = std::max(m, Partial(r).m[h]);
+      float l = 0.0f;
+      float* oh = o + h * head_dim;
+      std::fill(oh, oh + head_dim, 0.0f);
+      for (int32_t r = r0; r < r1; ++r) {
+        const PartialState p = Partial(r);
+        const float c = attention_internal::Exp2(p.m[h] - m);
+        l += p.l[h] * c;
+        const float* acc = p.acc + h * head_dim;
+        for (int d = 0; d < head_dim; ++d) oh[d] += c * acc[d];
       }
+      const float inv = 1.0f / l;
+      for (int d = 0; d < head_dim; ++d) oh[d] *= inv;
     }
+  }
+}
+
+void GqaAttention::Impl::RunDecode(int layer, absl::Span<const SeqKv> seqs,
+                                   const float* q, float* out, bool fused) {
+  const int n_threads = omp_get_max_threads();
+  PrepareDecode(seqs, n_threads, fused);
+#pragma omp parallel num_threads(n_threads)
+  {
+    const Team team{omp_get_thread_num(), omp_get_num_threads(), nullptr};
+    DecodeWork(layer, seqs, q, fused, team.tid);
+#pragma omp barrier
+    CombineRuns(seqs, out, team);
   }
 }
 
@@ -343,6 +372,22 @@ void GqaAttention::GqaDecode(int layer, absl::Span<const SeqKv> seqs,
   if (seqs.empty()) return;
   impl_->RunDecode(layer, seqs, q, out,
                    impl_->decode_path != AttentionPath::kOneDnn);
+}
+
+bool GqaAttention::DecodeRunsInTeam() const {
+  return impl_->decode_path != AttentionPath::kOneDnn;
+}
+
+void GqaAttention::GqaDecodeInTeam(int layer, absl::Span<const SeqKv> seqs,
+                                   const float* q, float* out,
+                                   const Team& team) {
+  Impl& im = *impl_;
+  if (seqs.empty()) return;
+  if (team.leader()) im.PrepareDecode(seqs, team.size, /*fused=*/true);
+  team.Sync();
+  im.DecodeWork(layer, seqs, q, /*fused=*/true, team.tid);
+  team.Sync();
+  im.CombineRuns(seqs, out, team);
 }
 
 void GqaAttention::GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos,

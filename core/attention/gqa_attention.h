@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/kv/block_pool.h"
+#include "core/util/team.h"
 
 namespace kvserve {
 
@@ -54,6 +55,15 @@ class GqaAttention {
   // q, out: [seqs.size()][n_heads][head_dim] f32.
   void GqaDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
                  float* out);
+
+  // GqaDecode computed by the members of `team` (every member calls it
+  // with the same arguments; the caller syncs the team before reading
+  // out). REQUIRES: DecodeRunsInTeam().
+  void GqaDecodeInTeam(int layer, absl::Span<const SeqKv> seqs, const float* q,
+                       float* out, const Team& team);
+  // Whether decode runs on our kernels (not oneDNN primitives, which
+  // cannot run inside another parallel region).
+  bool DecodeRunsInTeam() const;
 
   // A chunk of n_new queries of one sequence at positions
   // [start_pos, start_pos + n_new); query i attends causally to positions

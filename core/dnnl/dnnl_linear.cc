@@ -1,15 +1,21 @@
-#include "core/dnnl/linear.h"
-
+// The oneDNN implementation of Linear (f32, or bf16 where oneDNN has bf16
+// matmuls).
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "core/dnnl/context.h"
+#include "core/dnnl/linear.h"
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
+#include "dnnl.hpp"
 
 namespace kvserve {
 namespace {
@@ -54,47 +60,58 @@ dnnl::memory Reordered(dnnl::memory from, const dnnl::memory::desc& layout,
   return to;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
-    absl::Span<const WeightTensor> weights, int64_t max_rows) {
-  if (weights.empty()) return absl::InvalidArgumentError("Linear: no weights");
-  for (const WeightTensor& w : weights) {
-    if (w.cols != weights[0].cols || w.rows <= 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "Linear: a [%d x %d] matrix cannot be stacked with [%d x %d]", w.rows,
-          w.cols, weights[0].rows, weights[0].cols));
-    }
+// Releases the page-cache pages of a file mapping that has been copied
+// (reordered) and will not be read again, so a model costs its packed copy
+// once, not twice. Advice only: anonymous memory without swap stays.
+void ReleasePages(const void* p, int64_t bytes) {
+  const uintptr_t page = 4096;
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
+  if (end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
   }
-  std::unique_ptr<Linear> linear(new Linear());
-  int64_t m = 0;
-  try {
-    linear->Init(weights);
-    for (int64_t rows : {int64_t{1}, std::max<int64_t>(1, max_rows)}) {
-      m = rows;
-      linear->PrimitiveFor(m);
-    }
-  } catch (const dnnl::error& e) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "Linear %s: oneDNN has no matmul for it%s at ISA %s (CPU level %s): "
-        "%s",
-        linear->Describe(), m > 0 ? absl::StrFormat(" with %d rows", m) : "",
-        DnnlIsaName(), IsaLevelName(EffectiveIsa()), e.what()));
-  }
-  return linear;
 }
 
-std::string Linear::Describe() const {
-  return absl::StrFormat("[%d x %d] %s", n_, k_, DTypeName(dtype_));
-}
+// The weights reordered once into oneDNN's preferred layout; a primitive
+// per row count m, created on first use and cached: fixed-m primitives
+// beat one runtime-m primitive (which oneDNN 2.6 runs with its
+// plain-layout gemm) by 1.4x at m = 1. bf16 weights run bf16 x bf16 -> f32
+// (x is converted to bf16 first, since oneDNN 2.6 has no f32 x bf16 matmul
+// on CPU).
+class DnnlLinear final : public Linear {
+ public:
+  DnnlLinear(int64_t n, int64_t k, DType dtype) : Linear(n, k), dtype_(dtype) {}
 
-void Linear::Init(absl::Span<const WeightTensor> weights) {
-  dtype_ = weights[0].dtype;
-  k_ = weights[0].cols;
-  for (const WeightTensor& w : weights) {
-    if (w.dtype != dtype_) dtype_ = DType::kF32;  // mixed: stacked in f32
-    n_ += w.rows;
+  // Both may throw dnnl::error; CreateDnnlLinear and Forward catch it.
+  void Init(absl::Span<const WeightTensor> weights);
+  struct Cached {
+    dnnl::matmul primitive;
+    dnnl::memory::desc src_md, dst_md;
+    // The weights in the layout this primitive was created for.
+    dnnl::memory weights;
+  };
+  Cached& PrimitiveFor(int64_t m);
+
+  absl::Status Forward(const float* x, int64_t m, float* y) override;
+  std::string Describe() const override {
+    return absl::StrFormat("onednn %s [%d x %d]", DTypeName(dtype_), n_, k_);
   }
+
+ private:
+  const DType dtype_;
+  // The weights, in the layout oneDNN chose for m = 1 (plain "ba" when it
+  // wants no other); its buffer is owned by this memory object.
+  dnnl::memory weights_;
+  std::shared_ptr<void> weights_buffer_;  // weights_'s bytes, when ours
+  absl::flat_hash_map<int64_t, Cached> cache_;
+  // The weights in other layouts, made on demand for an m whose primitive
+  // refuses weights_'s (none on AVX-512 CPUs).
+  std::vector<dnnl::memory> other_layouts_;
+  std::vector<std::shared_ptr<void>> other_buffers_;
+  std::vector<uint16_t> x_bf16_;  // scratch for bf16 weights
+};
+
+void DnnlLinear::Init(absl::Span<const WeightTensor> weights) {
   // W [n][k] row-major is the matmul's weights [k][n] with strides {1, k};
   // several tensors are stacked along n into a temporary first.
   std::vector<uint8_t> stacked;
@@ -103,14 +120,8 @@ void Linear::Init(absl::Span<const WeightTensor> weights) {
     stacked.resize(n_ * k_ * DTypeSize(dtype_));
     uint8_t* out = stacked.data();
     for (const WeightTensor& w : weights) {
-      if (w.dtype == dtype_) {
-        std::memcpy(out, w.data, w.bytes());
-      } else {
-        const uint16_t* in = static_cast<const uint16_t*>(w.data);
-        float* f = reinterpret_cast<float*>(out);
-        for (int64_t i = 0; i < w.rows * w.cols; ++i) f[i] = Bf16ToFloat(in[i]);
-      }
-      out += w.rows * w.cols * DTypeSize(dtype_);
+      std::memcpy(out, w.data, w.bytes());
+      out += w.bytes();
     }
     source = stacked.data();
   }
@@ -128,12 +139,13 @@ void Linear::Init(absl::Span<const WeightTensor> weights) {
   }
   if (wanted == plain && stacked.empty()) {
     weights_ = plain_mem;
-  } else {
-    weights_ = Reordered(plain_mem, wanted, &weights_buffer_);
+    return;
   }
+  weights_ = Reordered(plain_mem, wanted, &weights_buffer_);
+  for (const WeightTensor& w : weights) ReleasePages(w.data, w.bytes());
 }
 
-Linear::Cached& Linear::PrimitiveFor(int64_t m) {
+DnnlLinear::Cached& DnnlLinear::PrimitiveFor(int64_t m) {
   auto it = cache_.find(m);
   if (it != cache_.end()) return it->second;
   dnnl::matmul::primitive_desc pd;
@@ -163,7 +175,7 @@ Linear::Cached& Linear::PrimitiveFor(int64_t m) {
       .first->second;
 }
 
-absl::Status Linear::Forward(const float* x, int64_t m, float* y) try {
+absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) try {
   Cached& c = PrimitiveFor(m);
   const void* src = x;
   if (dtype_ == DType::kBF16) {
@@ -184,5 +196,35 @@ absl::Status Linear::Forward(const float* x, int64_t m, float* y) try {
   return absl::InternalError(absl::StrFormat(
       "Linear %s with %d rows: oneDNN failed: %s", Describe(), m, e.what()));
 }
+
+}  // namespace
+
+namespace linear_internal {
+
+absl::StatusOr<std::unique_ptr<Linear>> CreateDnnlLinear(
+    absl::Span<const WeightTensor> weights, const LinearOptions& options) {
+  int64_t n = 0;
+  for (const WeightTensor& w : weights) n += w.rows;
+  const DType dtype =
+      weights[0].type == quant::Type::kF32 ? DType::kF32 : DType::kBF16;
+  auto linear = std::make_unique<DnnlLinear>(n, weights[0].cols, dtype);
+  int64_t m = 0;
+  try {
+    linear->Init(weights);
+    for (int64_t rows : {int64_t{1}, std::max<int64_t>(1, options.max_rows)}) {
+      m = rows;
+      linear->PrimitiveFor(m);
+    }
+  } catch (const dnnl::error& e) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "Linear %s: oneDNN has no matmul for it%s at ISA %s (CPU level %s): "
+        "%s",
+        linear->Describe(), m > 0 ? absl::StrFormat(" with %d rows", m) : "",
+        DnnlIsaName(), IsaLevelName(EffectiveIsa()), e.what()));
+  }
+  return linear;
+}
+
+}  // namespace linear_internal
 
 }  // namespace kvserve

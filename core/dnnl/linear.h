@@ -1,25 +1,26 @@
 // Linear: y = x Wᵀ for a weight matrix W [n][k] (row-major, as stored in
-// model files), computed by a oneDNN matmul. f32 weights run f32×f32→f32;
-// bf16 weights run bf16×bf16→f32 (x is converted to bf16 first, since
-// oneDNN 2.6 has no f32×bf16 matmul on CPU).
+// model files), in the format the file stores it.
 //
 // Several matrices with the same k can be fused into one Linear (W = the
-// matrices stacked along n, e.g. Wq;Wk;Wv): one matmul reads them all, and
-// y's row is their outputs side by side. Matrices of mixed dtypes are
-// stacked in f32 (bf16 widens exactly).
+// matrices stacked along n, e.g. Wq;Wk;Wv, possibly of different types, as
+// in Q4_K_M files): one call computes them all, and y's row is their
+// outputs side by side.
 //
-// The weights are reordered once, at construction, into the blocked layout
-// oneDNN's matmul prefers (the same for every row count m on AVX-512), so no
-// call repacks them; the copy is owned by the Linear (on transparent huge
-// pages when 2 MiB or larger). Primitives are created
-// on first use for each m and cached: fixed-m primitives beat one
-// runtime-m primitive (which oneDNN 2.6 runs with its plain-layout gemm)
-// by 1.4x at m = 1.
+// Two implementations, chosen by Create:
+//  - oneDNN (dnnl_linear.cc) when every matrix is f32, or every matrix is
+//    bf16 and oneDNN has bf16 matmuls here (AVX-512 BF16): the weights are
+//    reordered once into the blocked layout oneDNN's matmul prefers.
+//  - block formats (block_linear.cc) for everything else (F16, BF16 below
+//    AVX-512, Q8_0, Q4_K, ..., and mixes): the weights stay in their GGUF
+//    bytes. Up to gemv_max_rows rows, our matrix-vector kernels read the
+//    blocks directly against the activations quantized once per call
+//    (core/quant); above, panels of rows are dequantized into a per-call
+//    f32 buffer and multiplied by a oneDNN sgemm.
 //
-// Create probes the primitives of m = 1 and m = max_rows, so a dtype or
-// shape oneDNN cannot run on this CPU (e.g. bf16 below AVX-512) fails at
-// load with a message naming dtype, shape and ISA, never in a request. No
-// dnnl::error leaves this class: Forward returns INTERNAL with its message.
+// Create probes the oneDNN primitives of m = 1 and m = max_rows, so a
+// dtype or shape that cannot run on this CPU fails at load with a message
+// naming dtype, shape and ISA, never in a request. No dnnl::error leaves
+// this class: Forward returns INTERNAL with its message.
 //
 // Thread-safety: not thread-safe (one engine thread calls Forward).
 #ifndef KVSERVE_CORE_DNNL_LINEAR_H_
@@ -28,63 +29,68 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/model/weights.h"
-#include "dnnl.hpp"
+#include "core/util/team.h"
 
 namespace kvserve {
 
+struct LinearOptions {
+  // The most rows one Forward call gets (the engine's max_batch_tokens).
+  int64_t max_rows = 512;
+  // Block formats: up to this many rows the matrix-vector kernels run;
+  // above, dequantized panels and a oneDNN sgemm (bench/decode_bench
+  // measures the crossover). < 0: the default.
+  int64_t gemv_max_rows = -1;
+};
+
 class Linear {
  public:
-  // REQUIRES: the tensors' bytes outlive this object (when oneDNN wants the
-  // plain layout a single tensor is read in place). INVALID_ARGUMENT when
-  // weights is empty or its tensors differ in cols; UNIMPLEMENTED when
-  // oneDNN has no matmul for the dtype and shape at m = 1 or max_rows.
+  // REQUIRES: the tensors' bytes outlive this object (they are read in
+  // place). INVALID_ARGUMENT when weights is empty or its tensors differ in
+  // cols; UNIMPLEMENTED when a type or shape cannot be computed here.
   static absl::StatusOr<std::unique_ptr<Linear>> Create(
-      absl::Span<const WeightTensor> weights, int64_t max_rows);
+      absl::Span<const WeightTensor> weights, const LinearOptions& options);
   static absl::StatusOr<std::unique_ptr<Linear>> Create(
-      const WeightTensor& weight, int64_t max_rows) {
-    return Create(absl::Span<const WeightTensor>(&weight, 1), max_rows);
+      const WeightTensor& weight, const LinearOptions& options) {
+    return Create(absl::Span<const WeightTensor>(&weight, 1), options);
   }
+  virtual ~Linear() = default;
 
-  // x: [m][k] f32, y: [m][n] f32 (overwritten). REQUIRES: m >= 1.
-  absl::Status Forward(const float* x, int64_t m, float* y);
+  // x: [m][k] f32, y: [m][n] f32 (overwritten). REQUIRES: 1 <= m.
+  virtual absl::Status Forward(const float* x, int64_t m, float* y) = 0;
+
+  // Whether ForwardInTeam can compute m rows (our matrix-vector kernels
+  // can; oneDNN primitives cannot run inside another parallel region).
+  virtual bool RunsInTeam(int64_t /*m*/) const { return false; }
+  // Forward by the members of `team`, each computing its share of y's
+  // columns; the caller syncs the team before reading y. Called by every
+  // member with the same arguments. REQUIRES: RunsInTeam(m).
+  virtual void ForwardInTeam(const float* /*x*/, int64_t /*m*/, float* /*y*/,
+                             const Team& /*team*/) {}
 
   int64_t in_features() const { return k_; }
   int64_t out_features() const { return n_; }
-  DType dtype() const { return dtype_; }
+  // The implementation and the types, e.g. "onednn f32 [n x k]" or
+  // "blocks q4_K+q6_K [n x k]", for logs and tests.
+  virtual std::string Describe() const = 0;
 
- private:
-  struct Cached {
-    dnnl::matmul primitive;
-    dnnl::memory::desc src_md, dst_md;
-    // The weights in the layout this primitive was created for.
-    dnnl::memory weights;
-  };
-  Linear() = default;
-  // Both may throw dnnl::error; Create and Forward catch it.
-  void Init(absl::Span<const WeightTensor> weights);
-  Cached& PrimitiveFor(int64_t m);
-  std::string Describe() const;  // "[n x k] dtype" for errors
-
-  DType dtype_ = DType::kF32;
-  int64_t n_ = 0, k_ = 0;
-  // The weights, in the layout oneDNN chose for m = 1 (plain "ba" when it
-  // wants no other); its buffer is owned by this memory object.
-  dnnl::memory weights_;
-  std::shared_ptr<void> weights_buffer_;  // weights_'s bytes, when ours
-  absl::flat_hash_map<int64_t, Cached> cache_;
-  // The weights in other layouts, made on demand for an m whose primitive
-  // refuses weights_'s (none on AVX-512 CPUs).
-  std::vector<dnnl::memory> other_layouts_;
-  std::vector<std::shared_ptr<void>> other_buffers_;
-  std::vector<uint16_t> x_bf16_;  // scratch for bf16 weights
+ protected:
+  Linear(int64_t n, int64_t k) : n_(n), k_(k) {}
+  const int64_t n_, k_;
 };
+
+namespace linear_internal {
+// The two implementations (dnnl_linear.cc, block_linear.cc). Both may
+// return UNIMPLEMENTED; neither throws.
+absl::StatusOr<std::unique_ptr<Linear>> CreateDnnlLinear(
+    absl::Span<const WeightTensor> weights, const LinearOptions& options);
+absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
+    absl::Span<const WeightTensor> weights, const LinearOptions& options);
+}  // namespace linear_internal
 
 }  // namespace kvserve
 

@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "core/model/fingerprint.h"
 #include "core/model/gguf_tensor.h"
+#include "core/model/type_mix.h"
+#include "core/quant/quant.h"
 #include "core/tokenizer/vocab.h"
 #include "core/util/bf16.h"
 
@@ -34,20 +36,25 @@ inline float UnitValue(uint64_t tensor_seed, uint64_t index) {
   return (u1 + u2 - 1.0f) * 2.449489742783178f;  // sqrt(6)
 }
 
-// Fills a tensor of `type` with std * UnitValue(...).
+// Fills a tensor of `type` with std * UnitValue(...), row by row (each row
+// quantized by the type's reference quantizer).
 GgufWriter::Producer RandomProducer(uint64_t tensor_seed, float std_dev,
-                                    GgmlType type) {
+                                    GgmlType type, int64_t cols) {
   return [=](uint8_t* out, uint64_t n_bytes) {
-    const int64_t n =
-        static_cast<int64_t>(n_bytes / (type == GgmlType::kF32 ? 4 : 2));
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) {
-      float v = std_dev * UnitValue(tensor_seed, static_cast<uint64_t>(i));
-      if (type == GgmlType::kF32) {
-        std::memcpy(out + 4 * i, &v, 4);
-      } else {
-        uint16_t h = type == GgmlType::kF16 ? FloatToHalf(v) : FloatToBf16(v);
-        std::memcpy(out + 2 * i, &h, 2);
+    const quant::Type t = static_cast<quant::Type>(type);
+    const int64_t row_bytes = quant::RowBytes(t, cols);
+    const int64_t rows = static_cast<int64_t>(n_bytes) / row_bytes;
+    const quant::TypeInfo* info = quant::Info(t);
+#pragma omp parallel if (rows * cols > (1 << 20))
+    {
+      std::vector<float> row(cols);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < cols; ++j) {
+          row[j] = std_dev *
+                   UnitValue(tensor_seed, static_cast<uint64_t>(r * cols + j));
+        }
+        info->quantize(row.data(), out + r * row_bytes, cols);
       }
     }
   };
@@ -83,26 +90,12 @@ absl::StatusOr<std::unique_ptr<GgufWriter>> MakeRandomModel(
         "dim %d must be a positive multiple of n_heads %d", o.dim, o.n_heads));
   }
   if (absl::Status s = c.Validate(); !s.ok()) return s;
-  GgmlType type;
-  uint32_t file_type;  // llama.cpp's general.file_type (llama_ftype)
-  if (o.dtype == "f32") {
-    type = GgmlType::kF32;
-    file_type = 0;
-  } else if (o.dtype == "f16") {
-    type = GgmlType::kF16;
-    file_type = 1;
-  } else if (o.dtype == "bf16") {
-    type = GgmlType::kBF16;
-    file_type = 32;
-  } else {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown dtype \"%s\" (expected f32, f16 or bf16)", o.dtype));
-  }
-
+  absl::StatusOr<TypeMix> mix = ParseTypeMix(o.dtype);
+  if (!mix.ok()) return mix.status();
   auto w = std::make_unique<GgufWriter>();
   w->AddString("general.architecture", "llama");
   w->AddString("general.name", o.name);
-  w->AddUint32("general.file_type", file_type);
+  w->AddUint32("general.file_type", mix->file_type);
   w->AddUint32("llama.context_length", o.context_length);
   w->AddUint32("llama.embedding_length", o.dim);
   w->AddUint32("llama.block_count", o.n_layers);
@@ -151,8 +144,9 @@ absl::StatusOr<std::unique_ptr<GgufWriter>> MakeRandomModel(
   const float residual_scale = 1.0f / std::sqrt(2.0f * c.n_layers);
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols,
                     float std_dev) {
+    const GgmlType type = mix->TypeFor(name, c.n_layers, cols);
     w->AddTensor(name, {cols, rows}, type,
-                 RandomProducer(TensorSeed(o.seed, name), std_dev, type));
+                 RandomProducer(TensorSeed(o.seed, name), std_dev, type, cols));
   };
   auto norm = [&](const std::string& name) {
     w->AddTensor(name, {dim}, GgmlType::kF32, Ones(dim));

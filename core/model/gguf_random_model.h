@@ -27,7 +27,9 @@ struct RandomModelOptions {
   int n_kv_heads = 2;
   int hidden_dim = 172;
   int context_length = 512;
-  // Tensor type of the matrices: "f32", "f16" or "bf16".
+  // Tensor types of the matrices: one type ("f32", "f16", "bf16", "q8_0",
+  // "q4_k", ...) or a mix ("q4_k_m", "q5_k_m"); see core/model/type_mix.h.
+  // Quantized types are produced by the formats' reference quantizers.
   std::string dtype = "f32";
   // A GGUF whose tokenizer.* keys are copied; empty = the byte-level vocab.
   std::string vocab_from;

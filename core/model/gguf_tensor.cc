@@ -1,15 +1,15 @@
 #include "core/model/gguf_tensor.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/dnnl/context.h"
 #include "core/util/bf16.h"
 #include "core/util/check.h"
-#include "core/util/cpu_features.h"
 
 namespace kvserve {
 
@@ -21,42 +21,18 @@ absl::StatusOr<WeightDTypeMode> ParseWeightDTypeMode(std::string_view name) {
       "unknown weight dtype \"%s\" (expected auto, f32 or bf16)", name));
 }
 
-DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode,
-                   bool bf16_compute) {
-  if (is_vector || !bf16_compute) return DType::kF32;
+quant::Type HeldType(uint32_t stored_type, bool is_vector,
+                     WeightDTypeMode mode) {
+  if (is_vector) return quant::Type::kF32;
   switch (mode) {
     case WeightDTypeMode::kF32:
-      return DType::kF32;
+      return quant::Type::kF32;
     case WeightDTypeMode::kBF16:
-      return DType::kBF16;
+      return quant::Type::kBF16;
     case WeightDTypeMode::kAuto:
       break;
   }
-  const GgmlType t = static_cast<GgmlType>(stored_type);
-  return t == GgmlType::kBF16 || t == GgmlType::kQ8_0 ? DType::kBF16
-                                                      : DType::kF32;
-}
-
-DType ChooseDType(uint32_t stored_type, int64_t rows, int64_t cols,
-                  WeightDTypeMode mode, ModelWeights& weights) {
-  const bool is_vector = rows == 1;
-  const DType d =
-      ComputeDType(stored_type, is_vector, mode, DnnlHasBf16Matmul());
-  if (d == DType::kF32 &&
-      ComputeDType(stored_type, is_vector, mode, true) == DType::kBF16) {
-    weights.f32_instead_of_bf16_bytes += rows * cols * 2;
-  }
-  return d;
-}
-
-std::string WidenedWeightsWarning(const ModelWeights& weights) {
-  if (weights.f32_instead_of_bf16_bytes == 0) return "";
-  return absl::StrFormat(
-      "weights that would be bf16 are held as f32: oneDNN has no bf16 matmul "
-      "at ISA %s (CPU level %s); this costs %.1f MiB more memory and weight "
-      "reads",
-      DnnlIsaName(), IsaLevelName(EffectiveIsa()),
-      weights.f32_instead_of_bf16_bytes / 1048576.0);
+  return static_cast<quant::Type>(stored_type);
 }
 
 float HalfToFloat(uint16_t h) {
@@ -109,90 +85,77 @@ void* NewBuffer(int64_t bytes, ModelWeights& weights) {
   return p;
 }
 
-// Element i of the stored tensor as float. REQUIRES: a supported type.
-template <uint32_t kType>
-inline float Load(const uint8_t* data, int64_t i) {
-  if constexpr (kType == 0) {  // F32
-    float v;
-    std::memcpy(&v, data + 4 * i, 4);
-    return v;
-  } else if constexpr (kType == 1) {  // F16
-    uint16_t h;
-    std::memcpy(&h, data + 2 * i, 2);
-    return HalfToFloat(h);
-  } else if constexpr (kType == 30) {  // BF16
-    uint16_t h;
-    std::memcpy(&h, data + 2 * i, 2);
-    return Bf16ToFloat(h);
-  } else {  // Q8_0: blocks of {f16 d; int8 q[32]}
-    const uint8_t* block = data + (i / 32) * 34;
-    uint16_t d;
-    std::memcpy(&d, block, 2);
-    return HalfToFloat(d) *
-           static_cast<float>(static_cast<int8_t>(block[2 + i % 32]));
-  }
-}
+constexpr quant::Type kSupported[] = {
+    quant::Type::kF32,  quant::Type::kF16,   quant::Type::kBF16,
+    quant::Type::kQ4_0, quant::Type::kQ4_1,  quant::Type::kQ5_0,
+    quant::Type::kQ5_1, quant::Type::kQ8_0,  quant::Type::kQ2_K,
+    quant::Type::kQ3_K, quant::Type::kQ4_K,  quant::Type::kQ5_K,
+    quant::Type::kQ6_K, quant::Type::kIQ4_NL};
 
-template <uint32_t kType>
-void Convert(const uint8_t* src, int64_t n, DType dtype, void* dst) {
-  if (dtype == DType::kF32) {
-    float* out = static_cast<float*>(dst);
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) out[i] = Load<kType>(src, i);
-  } else {
-    uint16_t* out = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static) if (n > (1 << 20))
-    for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(Load<kType>(src, i));
+bool Supported(uint32_t type) {
+  for (quant::Type t : kSupported) {
+    if (static_cast<uint32_t>(t) == type) return quant::Info(t) != nullptr;
   }
+  return false;
 }
 
 }  // namespace
 
+std::string SupportedTypeNames() {
+  std::string out;
+  for (quant::Type t : kSupported) {
+    if (!out.empty()) out += ", ";
+    out += GgmlTypeName(static_cast<uint32_t>(t));
+  }
+  return out;
+}
+
 absl::StatusOr<WeightTensor> MaterializeTensor(const StoredTensor& src,
-                                               DType dtype,
+                                               quant::Type type,
                                                ModelWeights& weights) {
+  if (!Supported(src.type)) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "tensor '%s' has type %s, which is not supported (supported: %s)",
+        src.name, GgmlTypeName(src.type), SupportedTypeNames()));
+  }
+  const quant::TypeInfo& in = *quant::Info(src.type);
+  if (src.cols % in.block_elems != 0 ||
+      static_cast<uint64_t>(src.rows * (src.cols / in.block_elems) *
+                            in.block_bytes) != src.n_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s': %d bytes of %s do not hold %d rows of %d elements "
+        "(rows of %s are whole blocks of %d)",
+        src.name, src.n_bytes, GgmlTypeName(src.type), src.rows, src.cols,
+        GgmlTypeName(src.type), in.block_elems));
+  }
   WeightTensor t;
-  t.dtype = dtype;
+  t.type = type;
   t.rows = src.rows;
   t.cols = src.cols;
-  const int64_t n = src.rows * src.cols;
-  const auto type = static_cast<GgmlType>(src.type);
-  int64_t block_elems = 0, block_bytes = 0;
-  bool known = GgmlTypeLayout(src.type, &block_elems, &block_bytes);
-  if (!known || (type != GgmlType::kF32 && type != GgmlType::kF16 &&
-                 type != GgmlType::kBF16 && type != GgmlType::kQ8_0)) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "tensor '%s' has type %s, which is not supported (supported: F32, "
-        "F16, BF16, Q8_0)",
-        src.name, GgmlTypeName(src.type)));
-  }
-  if (n % block_elems != 0 ||
-      static_cast<uint64_t>(n / block_elems * block_bytes) != src.n_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor '%s': %d bytes of %s do not hold %d x %d elements", src.name,
-        src.n_bytes, GgmlTypeName(src.type), src.rows, src.cols));
-  }
-  const bool same = (type == GgmlType::kF32 && dtype == DType::kF32) ||
-                    (type == GgmlType::kBF16 && dtype == DType::kBF16);
-  const uintptr_t align = dtype == DType::kF32 ? alignof(float) : 2;
-  if (same && reinterpret_cast<uintptr_t>(src.data) % align == 0) {
+  const bool f32_aligned = reinterpret_cast<uintptr_t>(src.data) % 4 == 0;
+  if (static_cast<uint32_t>(type) == src.type &&
+      (type != quant::Type::kF32 || f32_aligned)) {
     t.data = src.data;  // zero-copy: the mapping is in weights.storage
     return t;
   }
-  void* dst = NewBuffer(n * DTypeSize(dtype), weights);
-  switch (type) {
-    case GgmlType::kF32:
-      Convert<0>(src.data, n, dtype, dst);
-      break;
-    case GgmlType::kF16:
-      Convert<1>(src.data, n, dtype, dst);
-      break;
-    case GgmlType::kBF16:
-      Convert<30>(src.data, n, dtype, dst);
-      break;
-    default:
-      Convert<8>(src.data, n, dtype, dst);
-      break;
+  // Converted (only f32 and bf16 are asked for): row by row through f32.
+  KVSERVE_CHECK(type == quant::Type::kF32 || type == quant::Type::kBF16);
+  uint8_t* dst = static_cast<uint8_t*>(NewBuffer(t.bytes(), weights));
+  const int64_t in_row = src.n_bytes / std::max<int64_t>(1, src.rows);
+  const int64_t out_row = t.row_bytes();
+#pragma omp parallel if (t.rows * t.cols > (1 << 20))
+  {
+    std::vector<float> row(t.cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < t.rows; ++r) {
+      in.dequantize(src.data + r * in_row, row.data(), t.cols);
+      if (type == quant::Type::kF32) {
+        std::memcpy(dst + r * out_row, row.data(), out_row);
+      } else {
+        ConvertFloatToBf16(row.data(), t.cols,
+                           reinterpret_cast<uint16_t*>(dst + r * out_row));
+      }
+    }
   }
   t.data = dst;
   return t;

@@ -15,10 +15,10 @@
 
 namespace kvserve {
 
-// --weight_dtype: how matrices are held for compute. kAuto keeps F32 and F16
-// as f32 (F16 is never rounded to bf16: it would lose three mantissa bits)
-// and holds BF16 and Q8_0 as bf16 where bf16 matmuls exist. kBF16 asks for
-// bf16 everywhere it can be computed. Vectors (norms) are always f32.
+// --weight_dtype: how matrices are held. kAuto keeps every matrix exactly
+// as the file stores it (F32, F16, BF16 and every block type, computed in
+// its own format: F16 is never rounded to bf16); kF32 and kBF16 convert
+// every matrix once at load. Vectors (norms) are always f32.
 enum class WeightDTypeMode { kAuto, kF32, kBF16 };
 // Accepts "auto", "f32", "bf16".
 absl::StatusOr<WeightDTypeMode> ParseWeightDTypeMode(std::string_view name);
@@ -34,27 +34,22 @@ struct StoredTensor {
   uint64_t n_bytes = 0;
 };
 
-// The compute dtype for a stored matrix or vector under `mode`, where
-// `bf16_compute` says whether bf16 matmuls exist on this CPU
-// (DnnlHasBf16Matmul()); without them bf16 becomes f32.
-DType ComputeDType(uint32_t stored_type, bool is_vector, WeightDTypeMode mode,
-                   bool bf16_compute);
+// The type a stored matrix or vector is held in under `mode`.
+quant::Type HeldType(uint32_t stored_type, bool is_vector,
+                     WeightDTypeMode mode);
 
-// ComputeDType on this CPU; a matrix held as f32 only because bf16 cannot
-// be computed here adds its extra bytes to
-// weights.f32_instead_of_bf16_bytes.
-DType ChooseDType(uint32_t stored_type, int64_t rows, int64_t cols,
-                  WeightDTypeMode mode, ModelWeights& weights);
-// A warning naming that cost, or "" when there is none.
-std::string WidenedWeightsWarning(const ModelWeights& weights);
-
-// Returns the WeightTensor in `dtype`, pointing into `src.data` when no
-// conversion is needed, else into a new buffer appended to weights.storage.
-// Errors name the tensor and its type when the type is not supported
-// (supported: F32, F16, BF16, Q8_0).
+// Returns the WeightTensor in `type`, pointing into `src.data` when it is
+// the stored type (zero-copy), else dequantized once into a new buffer
+// appended to weights.storage. UNIMPLEMENTED naming the tensor and its type
+// when the stored type is not supported; INVALID_ARGUMENT when the bytes do
+// not hold rows x cols elements of it (or cols is not a whole number of
+// blocks).
 absl::StatusOr<WeightTensor> MaterializeTensor(const StoredTensor& src,
-                                               DType dtype,
+                                               quant::Type type,
                                                ModelWeights& weights);
+
+// The supported stored types, for messages: "F32, F16, BF16, Q4_0, ...".
+std::string SupportedTypeNames();
 
 // IEEE half -> float, exact (subnormals, inf and NaN included).
 float HalfToFloat(uint16_t h);

@@ -123,7 +123,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cWeights(
     src.n_bytes = static_cast<uint64_t>(rows * cols * 4);
     fp.Add(src.data, src.n_bytes);
     absl::StatusOr<WeightTensor> t =
-        MaterializeTensor(src, ChooseDType(src.type, rows, cols, mode, *w), *w);
+        MaterializeTensor(src, HeldType(src.type, rows == 1, mode), *w);
     if (!t.ok()) return t.status();
     *out = *t;
     return absl::OkStatus();

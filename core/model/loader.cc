@@ -89,10 +89,10 @@ class TensorLoader {
     fp_.Add(name);
     fp_.Add(&t->type, sizeof(t->type));
     fp_.Add(src.data, src.n_bytes);
-    DType dtype = force_f32
-                      ? DType::kF32
-                      : ChooseDType(src.type, src.rows, src.cols, mode_, w_);
-    absl::StatusOr<WeightTensor> wt = MaterializeTensor(src, dtype, w_);
+    const quant::Type held = force_f32
+                                 ? quant::Type::kF32
+                                 : HeldType(src.type, want.size() == 1, mode_);
+    absl::StatusOr<WeightTensor> wt = MaterializeTensor(src, held, w_);
     if (!wt.ok()) {
       return absl::Status(
           wt.status().code(),
@@ -338,9 +338,6 @@ absl::StatusOr<LoadedModel> LoadModelFromFile(
                                         t.status().message()));
   }
   m.tokenizer = std::move(*t);
-  if (std::string w = WidenedWeightsWarning(*m.weights); !w.empty()) {
-    m.weights->warnings.push_back(std::move(w));
-  }
   return m;
 }
 

@@ -24,8 +24,7 @@ struct LoadOptions {
   // llama2.c only (its tokenizer.bin); must be empty for GGUF, which carries
   // its own vocabulary.
   std::string tokenizer_path;
-  // "auto" (F32 and F16 as f32, BF16/Q8_0 as bf16 where bf16 matmuls
-  // exist), "f32" or "bf16" (f32 where bf16 cannot be computed).
+  // "auto" (every matrix as stored), "f32" or "bf16" (converted once).
   std::string weight_dtype = "auto";
 };
 

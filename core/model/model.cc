@@ -1,12 +1,14 @@
 #include "core/model/model.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "core/util/bf16.h"
 #include "core/util/check.h"
 #include "core/util/status_macros.h"
+#include "dnnl.hpp"
 
 namespace kvserve {
 namespace {
@@ -47,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   auto attention = GqaAttention::Create(pool, {.n_heads = c.n_heads});
   if (!attention.ok()) return attention.status();
   std::unique_ptr<Model> model(new Model(weights, *std::move(attention)));
+  model->options_ = options;
   if (absl::Status s = model->CreateLinears(options.max_batch_tokens);
       !s.ok()) {
     return s;
@@ -57,7 +60,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 absl::Status Model::CreateLinears(int64_t max_rows) {
   auto make = [&](absl::Span<const WeightTensor> w, int64_t rows,
                   std::unique_ptr<Linear>* out) {
-    absl::StatusOr<std::unique_ptr<Linear>> l = Linear::Create(w, rows);
+    absl::StatusOr<std::unique_ptr<Linear>> l = Linear::Create(
+        w, {.max_rows = rows, .gemv_max_rows = options_.gemv_max_rows});
     if (l.ok()) *out = *std::move(l);
     return l.status();
   };
@@ -99,13 +103,7 @@ Model::Model(const ModelWeights* weights,
 
 void Model::Embed(int32_t token, float* out) const {
   const WeightTensor& e = weights_->token_embd;
-  const int64_t dim = e.cols;
-  if (e.dtype == DType::kF32) {
-    std::memcpy(out, e.f32() + token * dim, dim * sizeof(float));
-  } else {
-    const uint16_t* row = static_cast<const uint16_t*>(e.data) + token * dim;
-    for (int64_t i = 0; i < dim; ++i) out[i] = Bf16ToFloat(row[i]);
-  }
+  quant::Info(e.type)->dequantize(e.row(token), out, e.cols);
 }
 
 void Model::RopeInPlace(float* x, int n_heads, const float* cos_sin) const {
@@ -179,6 +177,11 @@ absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
         }
       }
     }
+  }
+
+  if (DecodesInTeam(chunks, m, n_logits)) {
+    DecodeInTeam(chunks, m);
+    return absl::Span<const float>(logits_);
   }
 
   // Single-token chunks attend together in one GqaDecode call.
@@ -275,6 +278,109 @@ absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
         output_->Forward(last_.data(), n_logits, logits_.data()));
   }
   return absl::Span<const float>(logits_);
+}
+
+bool Model::DecodesInTeam(absl::Span<const SeqChunk> chunks, int64_t m,
+                          int n_logits) const {
+  if (!options_.decode_in_team || omp_get_max_threads() < 2 || n_logits == 0 ||
+      !attention_->DecodeRunsInTeam() || !output_->RunsInTeam(n_logits)) {
+    return false;
+  }
+  for (const SeqChunk& chunk : chunks) {
+    if (chunk.tokens.size() != 1) return false;
+  }
+  for (const LayerLinears& ll : layers_) {
+    for (const Linear* l :
+         {ll.wqkv.get(), ll.wo.get(), ll.w_gate_up.get(), ll.w_down.get()}) {
+      if (!l->RunsInTeam(m)) return false;
+    }
+  }
+  return true;
+}
+
+void Model::DecodeInTeam(absl::Span<const SeqChunk> chunks, int64_t m) {
+  const ModelConfig& c = config();
+  const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const int hidden = c.hidden_dim, half = c.rotary_dim() / 2;
+  const int qkv_dim = q_dim + 2 * kv_dim;
+  std::vector<SeqKv> seqs;  // row r is chunk r's one token
+  for (const SeqChunk& chunk : chunks) {
+    seqs.push_back(SeqKv{chunk.kv->blocks(), chunk.start_pos + 1});
+  }
+  int n_logits = 0;
+  for (const SeqChunk& chunk : chunks) n_logits += chunk.want_logits ? 1 : 0;
+  last_.resize(static_cast<int64_t>(n_logits) * dim);
+  logits_.resize(static_cast<int64_t>(n_logits) * c.vocab_size);
+  const int threads = omp_get_max_threads();
+  SpinBarrier barrier(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    KVSERVE_CHECK(omp_get_num_threads() == threads);
+    const Team team{omp_get_thread_num(), threads, &barrier};
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      const LayerWeights& lw = weights_->layers[layer];
+      LayerLinears& ll = layers_[layer];
+      if (team.leader()) {
+        for (int64_t r = 0; r < m; ++r) {
+          RmsNorm(&x_[r * dim], lw.attn_norm.f32(), dim, c.norm_eps,
+                  &xb_[r * dim]);
+        }
+      }
+      team.Sync();
+      ll.wqkv->ForwardInTeam(xb_.data(), m, qkv_.data(), team);
+      team.Sync();
+      if (team.leader()) {
+        for (int64_t r = 0; r < m; ++r) {
+          float* q = &qkv_[r * qkv_dim];
+          float* k = q + q_dim;
+          const float* v = k + kv_dim;
+          RopeInPlace(q, c.n_heads, &cos_sin_[r * half * 2]);
+          RopeInPlace(k, c.n_kv_heads, &cos_sin_[r * half * 2]);
+          std::memcpy(&q_[r * q_dim], q, q_dim * sizeof(float));
+          chunks[r].kv->WriteKv(layer, chunks[r].start_pos, k, v);
+        }
+      }
+      team.Sync();
+      attention_->GqaDecodeInTeam(layer, seqs, q_.data(), att_.data(), team);
+      team.Sync();
+      ll.wo->ForwardInTeam(att_.data(), m, xb_.data(), team);
+      team.Sync();
+      if (team.leader()) {
+        for (int64_t i = 0; i < m * dim; ++i) x_[i] += xb_[i];
+        for (int64_t r = 0; r < m; ++r) {
+          RmsNorm(&x_[r * dim], lw.ffn_norm.f32(), dim, c.norm_eps,
+                  &xb_[r * dim]);
+        }
+      }
+      team.Sync();
+      ll.w_gate_up->ForwardInTeam(xb_.data(), m, gate_up_.data(), team);
+      team.Sync();
+      int64_t begin = 0, end = 0;
+      team.Share(m * hidden, 16, &begin, &end);
+      for (int64_t i = begin; i < end; ++i) {
+        const float* gate = &gate_up_[(i / hidden) * 2 * hidden];
+        const float g = gate[i % hidden], u = gate[hidden + i % hidden];
+        hidden_[i] = g / (1.0f + std::exp(-g)) * u;
+      }
+      team.Sync();
+      ll.w_down->ForwardInTeam(hidden_.data(), m, xb_.data(), team);
+      team.Sync();
+      if (team.leader()) {
+        for (int64_t i = 0; i < m * dim; ++i) x_[i] += xb_[i];
+      }
+    }
+    if (team.leader()) {
+      int out = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        if (!chunks[r].want_logits) continue;
+        RmsNorm(&x_[r * dim], weights_->output_norm.f32(), dim, c.norm_eps,
+                &last_[out * dim]);
+        ++out;
+      }
+    }
+    team.Sync();
+    output_->ForwardInTeam(last_.data(), n_logits, logits_.data(), team);
+  }
 }
 
 }  // namespace kvserve

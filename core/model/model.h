@@ -41,6 +41,13 @@ struct ModelOptions {
   // The most tokens one step may carry: every matmul is probed at 1 and at
   // this many rows when the model is created.
   int64_t max_batch_tokens = 512;
+  // LinearOptions::gemv_max_rows for every matrix (< 0: the default).
+  int64_t gemv_max_rows = -1;
+  // Steps of single-token chunks whose matrices all run on our kernels
+  // run as one parallel region with spin barriers (core/util/team.h)
+  // instead of a region per operation. false: always the per-operation
+  // path (for benchmarks and tests comparing the two).
+  bool decode_in_team = true;
 };
 
 class Model {
@@ -73,11 +80,17 @@ class Model {
   absl::Status CreateLinears(int64_t max_rows);
   absl::StatusOr<absl::Span<const float>> ForwardSteps(
       absl::Span<const SeqChunk> chunks);
+  // Whether this step (m rows, n_logits of them wanted) can run as one
+  // team; DecodeInTeam runs it (embeddings and angles already computed).
+  bool DecodesInTeam(absl::Span<const SeqChunk> chunks, int64_t m,
+                     int n_logits) const;
+  void DecodeInTeam(absl::Span<const SeqChunk> chunks, int64_t m);
 
   void Embed(int32_t token, float* out) const;
   void RopeInPlace(float* x, int n_heads, const float* cos_sin) const;
 
   const ModelWeights* weights_;
+  ModelOptions options_;
   std::unique_ptr<GqaAttention> attention_;
   std::vector<LayerLinears> layers_;
   std::unique_ptr<Linear> output_;

@@ -1,17 +1,45 @@
 #include "core/model/weights.h"
 
-namespace kvserve {
+#include <map>
 
-int64_t ModelWeights::TotalBytes() const {
-  int64_t total = token_embd.bytes() + output_norm.bytes();
-  if (output.data != token_embd.data) total += output.bytes();
-  for (const LayerWeights& l : layers) {
+#include "absl/strings/str_format.h"
+
+namespace kvserve {
+namespace {
+
+template <typename Fn>
+void ForEachDistinct(const ModelWeights& w, Fn fn) {
+  fn(w.token_embd);
+  fn(w.output_norm);
+  if (w.output.data != w.token_embd.data) fn(w.output);
+  for (const LayerWeights& l : w.layers) {
     for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo,
                                   &l.ffn_norm, &l.w_gate, &l.w_down, &l.w_up}) {
-      total += t->bytes();
+      fn(*t);
     }
   }
+}
+
+}  // namespace
+
+int64_t ModelWeights::TotalBytes() const {
+  int64_t total = 0;
+  ForEachDistinct(*this, [&](const WeightTensor& t) { total += t.bytes(); });
   return total;
+}
+
+std::string ModelWeights::TypeSummary() const {
+  std::map<std::string, int> counts;
+  ForEachDistinct(*this, [&](const WeightTensor& t) {
+    const quant::TypeInfo* info = quant::Info(t.type);
+    ++counts[info != nullptr ? std::string(info->name) : "?"];
+  });
+  std::string out;
+  for (const auto& [name, n] : counts) {
+    if (!out.empty()) out += ", ";
+    out += absl::StrFormat("%s x %d", name, n);
+  }
+  return out;
 }
 
 }  // namespace kvserve

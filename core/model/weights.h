@@ -10,18 +10,26 @@
 #include <vector>
 
 #include "core/model/config.h"
+#include "core/quant/quant.h"
 
 namespace kvserve {
 
 // A view of one tensor; the bytes are owned by ModelWeights::storage.
+// `type` is the layout of the bytes: F32, BF16, or any GGUF block type
+// (F16, Q8_0, Q4_K, ...) kept exactly as the file stores it; a row is
+// quant::RowBytes(type, cols) bytes.
 struct WeightTensor {
-  DType dtype = DType::kF32;
+  quant::Type type = quant::Type::kF32;
   int64_t rows = 0;  // 1 for a vector
   int64_t cols = 0;
   const void* data = nullptr;
 
-  int64_t bytes() const { return rows * cols * DTypeSize(dtype); }
+  int64_t row_bytes() const { return quant::RowBytes(type, cols); }
+  int64_t bytes() const { return rows * row_bytes(); }
   const float* f32() const { return static_cast<const float*>(data); }
+  const uint8_t* row(int64_t i) const {
+    return static_cast<const uint8_t*>(data) + i * row_bytes();
+  }
 };
 
 struct LayerWeights {
@@ -47,17 +55,13 @@ struct ModelWeights {
   std::vector<float> rope_freq_factors;
   // Hex digest of the weights' bytes as loaded from the file.
   std::string fingerprint;
-  // What the loader wants an operator to know (e.g. weights widened to f32
-  // because this CPU has no bf16 matmuls, and the memory that costs).
-  std::vector<std::string> warnings;
-  // Bytes held beyond what bf16 would take, for matrices held as f32 only
-  // because bf16 cannot be computed here.
-  int64_t f32_instead_of_bf16_bytes = 0;
   // Keeps the bytes behind every WeightTensor alive (buffers, mappings).
   std::vector<std::shared_ptr<const void>> storage;
 
   // Sum of the bytes of all distinct weight tensors.
   int64_t TotalBytes() const;
+  // "q4_K x 145, q6_K x 25, f32 x 65": the types of all distinct tensors.
+  std::string TypeSummary() const;
 };
 
 }  // namespace kvserve

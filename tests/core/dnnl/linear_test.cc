@@ -27,7 +27,7 @@ struct Matrix {
     const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
     values.resize(rows * cols);
     for (float& v : values) v = u(rng) * scale;
-    tensor.dtype = dtype;
+    tensor.type = dtype == DType::kF32 ? quant::Type::kF32 : quant::Type::kBF16;
     tensor.rows = rows;
     tensor.cols = cols;
     if (dtype == DType::kBF16) {
@@ -55,7 +55,8 @@ std::vector<float> RandomInput(int64_t m, int64_t k, uint32_t seed) {
 }
 
 // Checks y [m][n] against x Wᵀ in double, with W = the matrices stacked
-// along n. bf16 weights see x rounded to bf16, as Linear computes.
+// along n. `dtype` kBF16: x is rounded to bf16, as oneDNN's bf16 matmul
+// computes (our bf16 kernels read x in f32: pass kF32).
 void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
                    const std::vector<float>& x, int64_t m, int64_t k,
                    const std::vector<float>& y) {
@@ -93,13 +94,20 @@ void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
 // Declares `var`, a Linear over `weights` probed up to 513 rows; skips the
 // test when this CPU (under KVSERVE_MAX_ISA) cannot compute the dtype.
 #define MAKE_LINEAR_OR_SKIP(var, weights)                             \
-  auto var##_or = Linear::Create(weights, 513);                       \
+  auto var##_or = Linear::Create(weights, {.max_rows = 513});         \
   if (var##_or.status().code() == absl::StatusCode::kUnimplemented) { \
     GTEST_SKIP() << "not on this CPU (" << CpuSummary()               \
                  << "): " << var##_or.status();                       \
   }                                                                   \
   ASSERT_TRUE(var##_or.ok()) << var##_or.status();                    \
   Linear& var = **var##_or
+
+// How x enters the products: rounded to bf16 on oneDNN's bf16 path only.
+DType XType(const Linear& linear, DType weights) {
+  return linear.Describe().find("onednn bf16") != std::string::npos
+             ? weights
+             : DType::kF32;
+}
 
 struct Case {
   DType dtype;
@@ -121,7 +129,7 @@ TEST_P(LinearTest, MatchesDoubleReferenceForEveryRowCount) {
       const std::vector<float> x = RandomInput(m, c.k, 100 + m + pass);
       std::vector<float> y(m * c.n, std::numeric_limits<float>::quiet_NaN());
       ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
-      ExpectMatches({&w}, c.dtype, x, m, c.k, y);
+      ExpectMatches({&w}, XType(linear, c.dtype), x, m, c.k, y);
     }
   }
 }
@@ -142,21 +150,22 @@ TEST_P(LinearTest, FusedWeightsGiveEachMatrixsOutputSideBySide) {
                          std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
     Matrix a_again(c.dtype, c.n, c.k, 1);
-    ExpectMatches({&a_again, &b, &d}, c.dtype, x, m, c.k, y);
+    ExpectMatches({&a_again, &b, &d}, XType(linear, c.dtype), x, m, c.k, y);
   }
 }
 
-TEST(LinearMixedTest, MixedDtypesAreStackedInF32) {
+TEST(LinearMixedTest, MixedTypesRunInTheirOwnFormats) {
   Matrix a(DType::kF32, 33, 65, 4), b(DType::kBF16, 31, 65, 5);
   const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
   MAKE_LINEAR_OR_SKIP(linear, parts);
-  EXPECT_EQ(linear.dtype(), DType::kF32);
+  EXPECT_THAT(linear.Describe(), ::testing::HasSubstr("blocks"));
   for (int64_t m : {1, 3, 64, 513}) {
     SCOPED_TRACE(testing::Message() << "m=" << m);
     const std::vector<float> x = RandomInput(m, 65, 300 + m);
     std::vector<float> y(m * 64, std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
-    // b's values are its bf16 weights widened; x stays f32.
+    // b's values are its bf16 weights; x stays f32 (bf16 rows are read by
+    // our kernels against f32 activations).
     ExpectMatches({&a, &b}, DType::kF32, x, m, 65, y);
   }
 }
@@ -174,21 +183,17 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.n) + "_k" + std::to_string(info.param.k);
     });
 
-// bf16 is refused at creation exactly where oneDNN has no bf16 matmul, with
-// a message naming dtype, shape and ISA; f32 is computed everywhere.
-TEST(LinearCreateTest, Bf16IsRefusedAtCreationWhereOneDnnLacksIt) {
+// bf16 runs on every CPU: through oneDNN where it has bf16 matmuls, else
+// through our kernels over the bf16 bytes (never widened).
+TEST(LinearCreateTest, Bf16RunsOnEveryCpu) {
   Matrix w(DType::kBF16, 64, 128, 9);
-  absl::StatusOr<std::unique_ptr<Linear>> l = Linear::Create(w.tensor, 512);
-  if (DnnlHasBf16Matmul()) {
-    EXPECT_TRUE(l.ok()) << l.status();
-  } else {
-    ASSERT_EQ(l.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(std::string(l.status().message()),
-                ::testing::AllOf(::testing::HasSubstr("[64 x 128] bf16"),
-                                 ::testing::HasSubstr(DnnlIsaName())));
-  }
-  Matrix f(DType::kF32, 64, 128, 9);
-  EXPECT_TRUE(Linear::Create(f.tensor, 512).ok());
+  absl::StatusOr<std::unique_ptr<Linear>> l =
+      Linear::Create(w.tensor, {.max_rows = 512});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_THAT(
+      (*l)->Describe(),
+      ::testing::HasSubstr(DnnlHasBf16Matmul() ? "onednn bf16" : "blocks bf16"))
+      << CpuSummary();
   // A cap below AVX-512 leaves oneDNN without bf16, as on AVX2-only CPUs.
   if (EffectiveIsa() < IsaLevel::kAvx512) {
     EXPECT_FALSE(DnnlHasBf16Matmul());
@@ -198,7 +203,7 @@ TEST(LinearCreateTest, Bf16IsRefusedAtCreationWhereOneDnnLacksIt) {
 TEST(LinearCreateTest, RejectsMismatchedColumns) {
   Matrix a(DType::kF32, 4, 8, 1), b(DType::kF32, 4, 9, 2);
   const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
-  EXPECT_EQ(Linear::Create(parts, 1).status().code(),
+  EXPECT_EQ(Linear::Create(parts, {.max_rows = 1}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "core/dnnl/context.h"
 #include "core/model/gguf_writer.h"
 #include "core/model/loader.h"
 #include "core/tokenizer/vocab.h"
@@ -146,20 +145,17 @@ TEST(BadModelTest, UnsupportedArchitectureAndTypes) {
   EXPECT_FALSE(Load(Tiny(s)).ok());
 }
 
-TEST(BadModelTest, SupportedTypesConvert) {
+TEST(BadModelTest, SupportedTypesAreHeldAsStored) {
   for (GgmlType t : {GgmlType::kF16, GgmlType::kBF16}) {
     TinySpec s;
     s.type_override["blk.0.attn_q.weight"] = t;
     absl::StatusOr<LoadedModel> m = Load(Tiny(s));
     ASSERT_TRUE(m.ok()) << m.status();
-    // F16 is never rounded to bf16; BF16 stays bf16 where it is computable.
-    EXPECT_EQ(m->weights->layers[0].wq.dtype,
-              t == GgmlType::kBF16 && DnnlHasBf16Matmul() ? DType::kBF16
-                                                          : DType::kF32);
-    EXPECT_EQ(m->weights->layers[0].wk.dtype, DType::kF32);
+    EXPECT_EQ(m->weights->layers[0].wq.type, static_cast<quant::Type>(t));
+    EXPECT_EQ(m->weights->layers[0].wk.type, quant::Type::kF32);
     m = Load(Tiny(s), "f32");
     ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_EQ(m->weights->layers[0].wq.dtype, DType::kF32);
+    EXPECT_EQ(m->weights->layers[0].wq.type, quant::Type::kF32);
   }
 }
 

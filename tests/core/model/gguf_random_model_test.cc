@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <string>
 
-#include "core/dnnl/context.h"
 #include "core/model/gguf_tensor.h"
 #include "core/model/loader.h"
 #include "core/util/bf16.h"
@@ -51,9 +50,9 @@ std::unique_ptr<Made> MakeAndLoad(const RandomModelOptions& ro,
 }
 
 float At(const WeightTensor& t, int64_t i) {
-  return t.dtype == DType::kF32
-             ? t.f32()[i]
-             : Bf16ToFloat(static_cast<const uint16_t*>(t.data)[i]);
+  std::vector<float> row(t.cols);
+  quant::Info(t.type)->dequantize(t.row(i / t.cols), row.data(), t.cols);
+  return row[i % t.cols];
 }
 
 TEST(RandomModelTest, LoadsBackWithConfigShapesAndValues) {
@@ -126,10 +125,9 @@ TEST(RandomModelTest, F16AndBf16HoldTheSameValuesRounded) {
   const WeightTensor& wh = h->model.weights->layers[2].w_down;
   const WeightTensor& wb = b->model.weights->layers[2].w_down;
   const WeightTensor& wh32 = h32->model.weights->layers[2].w_down;
-  const DType bf16 = DnnlHasBf16Matmul() ? DType::kBF16 : DType::kF32;
-  EXPECT_EQ(wh.dtype, DType::kF32);    // auto: F16 -> f32, never bf16
-  EXPECT_EQ(wb.dtype, bf16);           // BF16 zero-copy where computable
-  EXPECT_EQ(wh32.dtype, DType::kF32);  // forced f32
+  EXPECT_EQ(wh.type, quant::Type::kF16);    // auto: as stored
+  EXPECT_EQ(wb.type, quant::Type::kBF16);   // BF16 zero-copy
+  EXPECT_EQ(wh32.type, quant::Type::kF32);  // forced f32
   for (int64_t i = 0; i < wf.rows * wf.cols; ++i) {
     float x = wf.f32()[i];
     ASSERT_EQ(At(wb, i), Bf16ToFloat(FloatToBf16(x))) << i;
@@ -137,7 +135,7 @@ TEST(RandomModelTest, F16AndBf16HoldTheSameValuesRounded) {
     ASSERT_EQ(At(wh, i), HalfToFloat(FloatToHalf(x))) << i;
   }
   // Norms stay f32 in every file.
-  EXPECT_EQ(h->model.weights->layers[0].ffn_norm.dtype, DType::kF32);
+  EXPECT_EQ(h->model.weights->layers[0].ffn_norm.type, quant::Type::kF32);
 }
 
 TEST(RandomModelTest, VocabFromAnotherGguf) {

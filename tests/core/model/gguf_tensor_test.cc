@@ -33,13 +33,14 @@ TEST(GgufTensorTest, DequantizesQ8_0) {
       "q8", static_cast<uint32_t>(GgmlType::kQ8_0),         2,
       32,   reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
   ModelWeights w;
-  absl::StatusOr<WeightTensor> f = MaterializeTensor(src, DType::kF32, w);
+  absl::StatusOr<WeightTensor> f = MaterializeTensor(src, quant::Type::kF32, w);
   ASSERT_TRUE(f.ok()) << f.status();
   for (int i = 0; i < 64; ++i) {
     double want = (i < 32 ? 0.5 : -0.25) * q[i];
     ASSERT_EQ(f->f32()[i], want) << i;
   }
-  absl::StatusOr<WeightTensor> b = MaterializeTensor(src, DType::kBF16, w);
+  absl::StatusOr<WeightTensor> b =
+      MaterializeTensor(src, quant::Type::kBF16, w);
   ASSERT_TRUE(b.ok());
   for (int i = 0; i < 64; ++i) {
     ASSERT_EQ(Bf16ToFloat(static_cast<const uint16_t*>(b->data)[i]),
@@ -53,7 +54,7 @@ TEST(GgufTensorTest, ZeroCopyOnlyWhenTypesMatchAndAligned) {
   StoredTensor src{"f", static_cast<uint32_t>(GgmlType::kF32),      1,
                    4,   reinterpret_cast<const uint8_t*>(v.data()), 16};
   ModelWeights w;
-  absl::StatusOr<WeightTensor> t = MaterializeTensor(src, DType::kF32, w);
+  absl::StatusOr<WeightTensor> t = MaterializeTensor(src, quant::Type::kF32, w);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->data, v.data());
   EXPECT_TRUE(w.storage.empty());
@@ -62,7 +63,7 @@ TEST(GgufTensorTest, ZeroCopyOnlyWhenTypesMatchAndAligned) {
   std::memcpy(shifted.data() + 1, v.data(), 16);
   src.data = reinterpret_cast<const uint8_t*>(shifted.data()) + 1;
   if (reinterpret_cast<uintptr_t>(src.data) % 4 != 0) {
-    t = MaterializeTensor(src, DType::kF32, w);
+    t = MaterializeTensor(src, quant::Type::kF32, w);
     ASSERT_TRUE(t.ok());
     EXPECT_NE(static_cast<const void*>(t->data),
               static_cast<const void*>(src.data));
@@ -73,18 +74,31 @@ TEST(GgufTensorTest, ZeroCopyOnlyWhenTypesMatchAndAligned) {
 TEST(GgufTensorTest, RejectsUnsupportedTypesAndSizes) {
   std::string bytes(18, '\0');
   StoredTensor src{"blk.0.attn_q.weight",
-                   static_cast<uint32_t>(GgmlType::kQ4_0),
+                   static_cast<uint32_t>(GgmlType::kQ8_1),  // activation-only
                    1,
                    32,
                    reinterpret_cast<const uint8_t*>(bytes.data()),
                    18};
   ModelWeights w;
-  absl::StatusOr<WeightTensor> t = MaterializeTensor(src, DType::kBF16, w);
+  absl::StatusOr<WeightTensor> t =
+      MaterializeTensor(src, quant::Type::kBF16, w);
   ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(t.status().message(), HasSubstr("blk.0.attn_q.weight"));
-  EXPECT_THAT(t.status().message(), HasSubstr("Q4_0"));
+  EXPECT_THAT(t.status().message(), HasSubstr("Q8_1"));
+  EXPECT_THAT(t.status().message(), HasSubstr("Q4_K"));  // the supported list
+  // Q4_0 holds 32 elements in 18 bytes: as stored, zero-copy.
+  src.type = static_cast<uint32_t>(GgmlType::kQ4_0);
+  t = MaterializeTensor(src, quant::Type::kQ4_0, w);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->data, src.data);
+  // Rows that are not whole blocks, and sizes that do not match.
+  src.cols = 16;
+  EXPECT_EQ(MaterializeTensor(src, quant::Type::kQ4_0, w).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  src.cols = 32;
   src.type = static_cast<uint32_t>(GgmlType::kF32);
-  EXPECT_FALSE(MaterializeTensor(src, DType::kF32, w).ok());  // 18 != 128
+  EXPECT_FALSE(MaterializeTensor(src, quant::Type::kF32, w).ok());  // 18 != 128
 }
 
 TEST(GgufTensorTest, DtypeModes) {
@@ -92,23 +106,15 @@ TEST(GgufTensorTest, DtypeModes) {
   EXPECT_FALSE(ParseWeightDTypeMode("fp16").ok());
   const auto f32 = static_cast<uint32_t>(GgmlType::kF32);
   const auto f16 = static_cast<uint32_t>(GgmlType::kF16);
-  const auto q8 = static_cast<uint32_t>(GgmlType::kQ8_0);
-  const auto bf16 = static_cast<uint32_t>(GgmlType::kBF16);
+  const auto q4k = static_cast<uint32_t>(GgmlType::kQ4_K);
   using M = WeightDTypeMode;
-  // With bf16 matmuls (AVX-512 BF16 machines).
-  EXPECT_EQ(ComputeDType(f32, false, M::kAuto, true), DType::kF32);
-  EXPECT_EQ(ComputeDType(f16, false, M::kAuto, true), DType::kF32);
-  EXPECT_EQ(ComputeDType(bf16, false, M::kAuto, true), DType::kBF16);
-  EXPECT_EQ(ComputeDType(q8, false, M::kAuto, true), DType::kBF16);
-  EXPECT_EQ(ComputeDType(f16, true, M::kBF16, true), DType::kF32);
-  EXPECT_EQ(ComputeDType(f32, false, M::kBF16, true), DType::kBF16);
-  EXPECT_EQ(ComputeDType(q8, false, M::kF32, true), DType::kF32);
-  // Without (AVX2): everything f32, whatever the mode.
-  for (uint32_t t : {f32, f16, bf16, q8}) {
-    for (M mode : {M::kAuto, M::kBF16, M::kF32}) {
-      EXPECT_EQ(ComputeDType(t, false, mode, false), DType::kF32);
-    }
-  }
+  using T = quant::Type;
+  EXPECT_EQ(HeldType(f32, false, M::kAuto), T::kF32);
+  EXPECT_EQ(HeldType(f16, false, M::kAuto), T::kF16);  // never bf16
+  EXPECT_EQ(HeldType(q4k, false, M::kAuto), T::kQ4_K);
+  EXPECT_EQ(HeldType(f16, true, M::kBF16), T::kF32);  // vectors stay f32
+  EXPECT_EQ(HeldType(f32, false, M::kBF16), T::kBF16);
+  EXPECT_EQ(HeldType(q4k, false, M::kF32), T::kF32);
 }
 
 }  // namespace

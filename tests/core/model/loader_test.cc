@@ -4,12 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "core/dnnl/context.h"
 #include "core/model/fingerprint.h"
 #include "core/model/gguf_random_model.h"
 #include "core/model/gguf_writer.h"
 #include "core/util/bf16.h"
-#include "core/util/cpu_features.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
@@ -103,8 +101,8 @@ TEST(LoaderTest, BothFormatsGiveIdenticalF32Tensors) {
   ASSERT_EQ(gt.size(), bt.size());
   for (size_t i = 0; i < gt.size(); ++i) {
     SCOPED_TRACE(i);
-    EXPECT_EQ(gt[i]->dtype, DType::kF32);
-    EXPECT_EQ(bt[i]->dtype, DType::kF32);
+    EXPECT_EQ(gt[i]->type, quant::Type::kF32);
+    EXPECT_EQ(bt[i]->type, quant::Type::kF32);
     ASSERT_EQ(gt[i]->rows, bt[i]->rows);
     ASSERT_EQ(gt[i]->cols, bt[i]->cols);
     EXPECT_EQ(std::memcmp(gt[i]->data, bt[i]->data, gt[i]->bytes()), 0);
@@ -142,36 +140,8 @@ TEST(LoaderTest, F32TensorsAreZeroCopyIntoTheMapping) {
   EXPECT_EQ(m.weights->storage.size(), 1u);  // nothing was copied
 }
 
-TEST(LoaderTest, ForcedBf16WithoutBf16MatmulsIsF32WithAWarning) {
-  SKIP_WITHOUT_STORIES();
-  if (DnnlHasBf16Matmul()) {
-    GTEST_SKIP() << "this CPU computes bf16 (" << CpuSummary()
-                 << "); run under KVSERVE_MAX_ISA=avx2";
-  }
-  LoadedModel f = MustLoad(Bin("f32"));
-  LoadedModel h = MustLoad(Gguf("bf16"));
-  std::vector<const WeightTensor*> ft = AllTensors(*f.weights);
-  std::vector<const WeightTensor*> ht = AllTensors(*h.weights);
-  ASSERT_EQ(ft.size(), ht.size());
-  int64_t matrix_bytes = 0;
-  for (size_t i = 0; i < ft.size(); ++i) {
-    ASSERT_EQ(ht[i]->dtype, DType::kF32) << i;
-    ASSERT_EQ(std::memcmp(ht[i]->data, ft[i]->data, ft[i]->bytes()), 0) << i;
-    if (ft[i]->rows > 1) matrix_bytes += ft[i]->rows * ft[i]->cols * 2;
-  }
-  EXPECT_EQ(h.weights->f32_instead_of_bf16_bytes, matrix_bytes);
-  ASSERT_EQ(h.weights->warnings.size(), 1u);
-  EXPECT_THAT(h.weights->warnings[0],
-              ::testing::AllOf(::testing::HasSubstr("held as f32"),
-                               ::testing::HasSubstr("MiB")));
-  EXPECT_TRUE(f.weights->warnings.empty());
-}
-
 TEST(LoaderTest, Bf16WeightsAreRoundedF32) {
   SKIP_WITHOUT_STORIES();
-  if (!DnnlHasBf16Matmul()) {
-    GTEST_SKIP() << "no bf16 matmuls on this CPU (" << CpuSummary() << ")";
-  }
   LoadedModel f = MustLoad(Bin("f32"));
   for (const LoadOptions& o : {Bin("bf16"), Gguf("bf16")}) {
     LoadedModel h = MustLoad(o);
@@ -180,7 +150,8 @@ TEST(LoaderTest, Bf16WeightsAreRoundedF32) {
     std::vector<const WeightTensor*> ht = AllTensors(*h.weights);
     for (size_t i = 0; i < ft.size(); ++i) {
       const bool vector = ft[i]->rows == 1;
-      ASSERT_EQ(ht[i]->dtype, vector ? DType::kF32 : DType::kBF16) << i;
+      ASSERT_EQ(ht[i]->type, vector ? quant::Type::kF32 : quant::Type::kBF16)
+          << i;
       for (int64_t k = 0; k < ft[i]->rows * ft[i]->cols; k += 7) {
         float want = ft[i]->f32()[k];
         float got =

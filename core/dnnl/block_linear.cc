@@ -1,0 +1,272 @@
+// The block-format implementation of Linear: weights stay in their GGUF
+// bytes (F16, BF16, Q8_0, Q4_K, ... and mixes of them).
+//
+// Few rows (decode): the activations are quantized once per call into each
+// weight type's activation format, and one OpenMP region runs the
+// matrix-vector kernels of core/quant over the rows of all the stacked
+// matrices, split evenly across threads. Many rows (prefill): panels of
+// weight rows are dequantized into an f32 buffer and multiplied by a oneDNN
+// sgemm whose output is written in place into y's columns.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "core/dnnl/context.h"
+#include "core/dnnl/linear.h"
+#include "core/quant/activation.h"
+#include "core/quant/quant.h"
+#include "core/util/check.h"
+#include "core/util/cpu_features.h"
+#include "dnnl.hpp"
+
+namespace kvserve {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+// Measured by bench/decode_bench (gemv vs dequantized panels + sgemm).
+constexpr int64_t kDefaultGemvMaxRows = 8;
+// Dequantized panels hold at most this many bytes of f32 weights.
+constexpr int64_t kPanelBytes = int64_t{8} << 20;
+
+class BlockLinear final : public Linear {
+ public:
+  struct Part {
+    WeightTensor w;
+    int64_t row0 = 0;  // first output column
+    const quant::TypeInfo* info = nullptr;
+    quant::GemvFn gemv = nullptr;
+    int act = 0;  // index into acts_
+  };
+  struct Act {
+    quant::Type type;
+    int64_t row_bytes = 0;
+    std::vector<uint8_t> buf;  // [m][row_bytes], unused for f32
+  };
+
+  BlockLinear(int64_t n, int64_t k, std::vector<Part> parts,
+              std::vector<Act> acts, int64_t gemv_max_rows)
+      : Linear(n, k),
+        parts_(std::move(parts)),
+        acts_(std::move(acts)),
+        gemv_max_rows_(gemv_max_rows) {
+    panel_rows_ = std::max<int64_t>(16, kPanelBytes / (4 * k_));
+  }
+
+  absl::Status Forward(const float* x, int64_t m, float* y) override {
+    if (m <= gemv_max_rows_) {
+      Gemv(x, m, y);
+      return absl::OkStatus();
+    }
+    try {
+      Panels(x, m, y);
+    } catch (const dnnl::error& e) {
+      return absl::InternalError(
+          absl::StrFormat("Linear %s with %d rows: oneDNN failed: %s",
+                          Describe(), m, e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Describe() const override {
+    std::string types;
+    for (const Part& p : parts_) {
+      if (types.find(p.info->name) != std::string::npos) continue;
+      if (!types.empty()) types += '+';
+      types += p.info->name;
+    }
+    return absl::StrFormat("blocks %s [%d x %d]", types, n_, k_);
+  }
+
+  // The sgemm primitive for (m, columns); throws dnnl::error.
+  dnnl::matmul& Sgemm(int64_t m, int64_t nc) {
+    auto it = sgemm_.find({m, nc});
+    if (it != sgemm_.end()) return it->second;
+    const dnnl::memory::desc src({m, k_}, dt::f32, {k_, 1});
+    const dnnl::memory::desc wei({k_, nc}, dt::f32, {1, k_});
+    const dnnl::memory::desc dst({m, nc}, dt::f32, {n_, 1});
+    dnnl::matmul mm(dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(src, wei, dst), DnnlEngine()));
+    return sgemm_.emplace(std::make_pair(m, nc), std::move(mm)).first->second;
+  }
+
+  int64_t panel_rows() const { return panel_rows_; }
+
+ private:
+  bool RunsInTeam(int64_t m) const override { return m <= gemv_max_rows_; }
+
+  void ForwardInTeam(const float* x, int64_t m, float* y,
+                     const Team& team) override {
+    // Every member quantizes the activations into its own buffers (a few
+    // microseconds), so no barrier separates that from the products.
+    std::vector<std::vector<uint8_t>>& bufs = MemberBuffers(team.tid);
+    const void* acts[kMaxActs];
+    for (size_t i = 0; i < acts_.size(); ++i) {
+      acts[i] = Quantize(acts_[i], x, m, bufs[i]);
+    }
+    Products(m, y, acts, team);
+  }
+
+  static constexpr size_t kMaxActs = 4;  // f32, q8_0, q8_1, q8_K
+  static constexpr int kMaxMembers = 256;
+
+  std::vector<std::vector<uint8_t>>& MemberBuffers(int tid) {
+    KVSERVE_CHECK(tid < kMaxMembers);
+    std::vector<std::vector<uint8_t>>& b = member_acts_[tid];
+    if (b.size() < acts_.size()) b.resize(acts_.size());
+    return b;
+  }
+
+  // x's m rows in `a`'s format (x itself for f32).
+  const void* Quantize(const Act& a, const float* x, int64_t m,
+                       std::vector<uint8_t>& buf) const {
+    if (a.type == quant::Type::kF32) return x;
+    if (static_cast<int64_t>(buf.size()) < m * a.row_bytes) {
+      buf.resize(m * a.row_bytes);
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      quant::QuantizeActivation(a.type, x + r * k_, k_,
+                                buf.data() + r * a.row_bytes);
+    }
+    return buf.data();
+  }
+
+  // This member's rows of every stacked matrix: an even split of all n
+  // rows, in multiples of 4.
+  void Products(int64_t m, float* y, const void* const* acts,
+                const Team& team) const {
+    int64_t lo = 0, hi = 0;
+    team.Share(n_, 4, &lo, &hi);
+    for (const Part& p : parts_) {
+      const int64_t b = std::max(lo, p.row0) - p.row0;
+      const int64_t e = std::min(hi, p.row0 + p.w.rows) - p.row0;
+      if (b >= e) continue;
+      quant::GemvArgs args;
+      args.k = k_;
+      args.w = p.w.data;
+      args.w_row_bytes = p.w.row_bytes();
+      args.row_begin = b;
+      args.row_end = e;
+      args.x = acts[p.act];
+      args.x_row_bytes = acts_[p.act].row_bytes;
+      args.m = static_cast<int>(m);
+      args.y = y + p.row0;
+      args.ldy = n_;
+      p.gemv(args);
+    }
+  }
+
+  void Gemv(const float* x, int64_t m, float* y) {
+    const void* acts[kMaxActs];
+    for (size_t i = 0; i < acts_.size(); ++i) {
+      acts[i] = Quantize(acts_[i], x, m, acts_[i].buf);
+    }
+#pragma omp parallel
+    {
+      const Team team{omp_get_thread_num(), omp_get_num_threads(), nullptr};
+      Products(m, y, acts, team);
+    }
+  }
+
+  void Panels(const float* x, int64_t m, float* y) {
+    // One buffer for every BlockLinear of the thread (the engine's): the
+    // model's matrices run one after another.
+    thread_local std::vector<float> panel_buffer;
+    const int64_t floats = std::min(panel_rows_, n_) * k_;
+    if (static_cast<int64_t>(panel_buffer.size()) < floats) {
+      panel_buffer.resize(floats);
+    }
+    dnnl::stream& stream = DnnlStream();
+    const dnnl::engine& engine = DnnlEngine();
+    for (const Part& p : parts_) {
+      for (int64_t c0 = 0; c0 < p.w.rows; c0 += panel_rows_) {
+        const int64_t nc = std::min(panel_rows_, p.w.rows - c0);
+        float* panel = panel_buffer.data();
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < nc; ++r) {
+          p.info->dequantize(p.w.row(c0 + r), panel + r * k_, k_);
+        }
+        dnnl::matmul& mm = Sgemm(m, nc);
+        const dnnl::memory::desc src({m, k_}, dt::f32, {k_, 1});
+        const dnnl::memory::desc wei({k_, nc}, dt::f32, {1, k_});
+        const dnnl::memory::desc dst({m, nc}, dt::f32, {n_, 1});
+        mm.execute(
+            stream,
+            {{DNNL_ARG_SRC, dnnl::memory(src, engine, const_cast<float*>(x))},
+             {DNNL_ARG_WEIGHTS, dnnl::memory(wei, engine, panel)},
+             {DNNL_ARG_DST, dnnl::memory(dst, engine, y + p.row0 + c0)}});
+        stream.wait();
+      }
+    }
+  }
+
+  std::vector<Part> parts_;
+  std::vector<Act> acts_;
+  // Per team member (by tid): its quantized activations, one per acts_;
+  // each member touches only its own slot.
+  std::vector<std::vector<std::vector<uint8_t>>> member_acts_ =
+      std::vector<std::vector<std::vector<uint8_t>>>(kMaxMembers);
+  const int64_t gemv_max_rows_;
+  int64_t panel_rows_ = 0;
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, dnnl::matmul> sgemm_;
+};
+
+}  // namespace
+
+namespace linear_internal {
+
+absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
+    absl::Span<const WeightTensor> weights, const LinearOptions& options) {
+  const int64_t k = weights[0].cols;
+  std::vector<BlockLinear::Part> parts;
+  std::vector<BlockLinear::Act> acts;
+  int64_t n = 0;
+  for (const WeightTensor& w : weights) {
+    BlockLinear::Part p;
+    p.w = w;
+    p.row0 = n;
+    p.info = quant::Info(w.type);
+    if (p.info == nullptr || !quant::IsWeightType(w.type) ||
+        k % p.info->block_elems != 0) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "Linear: a [%d x %d] matrix of ggml type %d cannot be computed",
+          w.rows, w.cols, static_cast<int>(w.type)));
+    }
+    p.gemv = quant::SelectGemv(w.type, Cpu());
+    const quant::Type act = p.info->act_type;
+    auto found = std::find_if(acts.begin(), acts.end(),
+                              [&](const auto& a) { return a.type == act; });
+    p.act = found - acts.begin();
+    if (found == acts.end()) {
+      acts.push_back({act, quant::RowBytes(act, k), {}});
+    }
+    parts.push_back(p);
+    n += w.rows;
+  }
+  const int64_t gemv_max_rows =
+      options.gemv_max_rows >= 0 ? options.gemv_max_rows : kDefaultGemvMaxRows;
+  auto linear = std::make_unique<BlockLinear>(n, k, std::move(parts),
+                                              std::move(acts), gemv_max_rows);
+  // Probe the sgemm shapes the largest call will use.
+  if (options.max_rows > gemv_max_rows) {
+    try {
+      linear->Sgemm(options.max_rows,
+                    std::min<int64_t>(linear->panel_rows(), weights[0].rows));
+    } catch (const dnnl::error& e) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "Linear %s: oneDNN has no f32 matmul with %d rows at ISA %s: %s",
+          linear->Describe(), options.max_rows, DnnlIsaName(), e.what()));
+    }
+  }
+  return linear;
+}
+
+}  // namespace linear_internal
+}  // namespace kvserve
