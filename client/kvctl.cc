@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/json_writer.h"
+#include "core/util/command_line.h"
 #include "kvserve_build_info.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "Server address, HOST:PORT.");
@@ -620,47 +621,9 @@ class Commands {
   Cancellation* cancellation_;
 };
 
-// Paths relative to the source tree, for --help ("client/kvctl.cc").
-constexpr absl::string_view kThisFile = __FILE__;
-constexpr absl::string_view kSourceRoot =
-    kThisFile.substr(0, kThisFile.size() - sizeof("client/kvctl.cc") + 1);
-
-std::string SourcePath(absl::string_view file) {
-  absl::ConsumePrefix(&file, kSourceRoot);
-  return std::string(file);
-}
-
-// --help and --helpshort list the flags defined under client/.
-bool IsClientFlagFile(absl::string_view file) {
-  return absl::StartsWith(SourcePath(file), "client/");
-}
-
 void ConfigureUsage() {
-  absl::SetProgramUsageMessage(kUsage);
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = IsClientFlagFile;
-  config.contains_helpshort_flags = IsClientFlagFile;
-  config.normalize_filename = SourcePath;
-  config.version_string = [] {
-    return absl::StrCat("kvctl ", KVSERVE_VERSION, " (commit ", KVSERVE_COMMIT,
-                        ")\n");
-  };
-  absl::SetFlagsUsageConfig(config);
-}
-
-// absl::ParseCommandLine, except that --help (and --helpfull, ...) exits 0
-// as --version does: Abseil 20220623 exits 1 after printing help. nullopt
-// when a usage flag was handled (its output printed).
-std::optional<std::vector<char*>> ParseFlags(int argc, char** argv) {
-  namespace fi = absl::flags_internal;
-  std::vector<char*> rest = fi::ParseCommandLineImpl(
-      argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
-      fi::UsageFlagsAction::kIgnoreUsage,
-      fi::OnUndefinedFlag::kAbortIfUndefined);
-  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
-    return std::nullopt;
-  }
-  return rest;
+  ConfigureCommandLine("kvctl", kUsage, "client/", KVSERVE_VERSION,
+                       KVSERVE_COMMIT);
 }
 
 int Main(int argc, char** argv) {
@@ -670,7 +633,7 @@ int Main(int argc, char** argv) {
   std::vector<char*> raw_args(argv, argv + argc);
   std::vector<std::string> stops = TakeStopFlags(&raw_args);
   std::optional<std::vector<char*>> parsed =
-      ParseFlags(static_cast<int>(raw_args.size()), raw_args.data());
+      ParseCommandLine(static_cast<int>(raw_args.size()), raw_args.data());
   if (!parsed.has_value()) return kExitOk;  // --help or --version
   const std::vector<char*>& positional = *parsed;
   if (!stops.empty()) absl::SetFlag(&FLAGS_stop, stops);

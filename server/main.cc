@@ -14,11 +14,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/parse.h"
-#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "core/dnnl/context.h"
+#include "core/util/command_line.h"
 #include "core/util/cpu_features.h"
 #include "core/util/omp_wait.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -80,23 +78,10 @@ ABSL_FLAG(double, shutdown_grace_seconds, 10,
 namespace kvserve {
 namespace {
 
-// Paths relative to the source tree, for --help ("server/main.cc").
-constexpr absl::string_view kThisFile = __FILE__;
-constexpr absl::string_view kSourceRoot =
-    kThisFile.substr(0, kThisFile.size() - sizeof("server/main.cc") + 1);
-
-std::string SourcePath(absl::string_view file) {
-  absl::ConsumePrefix(&file, kSourceRoot);
-  return std::string(file);
-}
-
-// --help and --helpshort list the flags defined under server/.
-bool IsServerFlagFile(absl::string_view file) {
-  return absl::StartsWith(SourcePath(file), "server/");
-}
-
 void ConfigureUsage() {
-  absl::SetProgramUsageMessage(
+  ConfigureCommandLine(
+      "kvserve",
+
       "serves a Llama-family model over gRPC with server-side KV sessions.\n"
       "\n"
       "Usage: kvserve [--flag=value]...\n"
@@ -105,31 +90,8 @@ void ConfigureUsage() {
       "(e.g. KVSERVE_KV_CACHE_BYTES=1000000000); the command line wins.\n"
       "KVSERVE_MAX_ISA=avx2|avx512|avx512_bf16|native (or scalar) caps the\n"
       "CPU features our kernels and oneDNN use. --helpfull also lists\n"
-      "Abseil's own flags; --version prints the version and git commit.");
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = IsServerFlagFile;
-  config.contains_helpshort_flags = IsServerFlagFile;
-  config.normalize_filename = SourcePath;
-  config.version_string = [] {
-    return absl::StrCat("kvserve ", KVSERVE_VERSION, " (commit ",
-                        KVSERVE_COMMIT, ")\n");
-  };
-  absl::SetFlagsUsageConfig(config);
-}
-
-// absl::ParseCommandLine, except that --help (and --helpfull, ...) exits 0
-// as --version does: Abseil 20220623 exits 1 after printing help. nullopt
-// when a usage flag was handled (its output printed).
-std::optional<std::vector<char*>> ParseFlags(int argc, char** argv) {
-  namespace fi = absl::flags_internal;
-  std::vector<char*> rest = fi::ParseCommandLineImpl(
-      argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
-      fi::UsageFlagsAction::kIgnoreUsage,
-      fi::OnUndefinedFlag::kAbortIfUndefined);
-  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
-    return std::nullopt;
-  }
-  return rest;
+      "Abseil's own flags; --version prints the version and git commit.",
+      "server/", KVSERVE_VERSION, KVSERVE_COMMIT);
 }
 
 // The KV cache budget: --kv_cache_bytes, or the default of kv_budget.h.
@@ -292,7 +254,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvserve: %s\n", s.ToString().c_str());
     return 2;
   }
-  std::optional<std::vector<char*>> parsed = kvserve::ParseFlags(argc, argv);
+  std::optional<std::vector<char*>> parsed =
+      kvserve::ParseCommandLine(argc, argv);
   if (!parsed.has_value()) return 0;  // --help or --version
   const std::vector<char*>& rest = *parsed;
   if (rest.size() > 1) {

@@ -33,6 +33,7 @@
 #include "core/model/gguf_random_model.h"
 #include "core/model/loader.h"
 #include "core/model/type_mix.h"
+#include "core/util/command_line.h"
 #include "kvserve_build_info.h"
 
 ABSL_FLAG(std::string, out, "", "Path of the GGUF file to write");
@@ -58,55 +59,19 @@ ABSL_FLAG(std::string, name, "kvmodel-random", "general.name of the model");
 
 namespace {
 
-// Paths relative to the source tree, for --help ("tools/kvmodel.cc").
-constexpr absl::string_view kThisFile = __FILE__;
-constexpr absl::string_view kSourceRoot =
-    kThisFile.substr(0, kThisFile.size() - sizeof("tools/kvmodel.cc") + 1);
-
-std::string SourcePath(absl::string_view file) {
-  absl::ConsumePrefix(&file, kSourceRoot);
-  return std::string(file);
-}
-
-// --help and --helpshort list the flags defined in this file.
-bool IsKvmodelFlagFile(absl::string_view file) {
-  return SourcePath(file) == "tools/kvmodel.cc";
-}
-
 void ConfigureUsage() {
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "writes GGUF models with deterministic random weights, and converts "
-      "GGUF models to other tensor types\n"
-      "  kvmodel make --out=PATH [--n_layers=N --dim=N --n_heads=N "
-      "--n_kv_heads=N --hidden_dim=N --context_length=N "
-      "--dtype=TYPE --vocab_from=GGUF --seed=S]\n"
-      "  kvmodel quantize --in=GGUF --out=PATH --type=TYPE (or --mix=MIX)\n"
-      "TYPE: ",
-      kvserve::TypeMixNames()));
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = IsKvmodelFlagFile;
-  config.contains_helpshort_flags = IsKvmodelFlagFile;
-  config.normalize_filename = SourcePath;
-  config.version_string = [] {
-    return absl::StrCat("kvmodel ", KVSERVE_VERSION, " (commit ",
-                        KVSERVE_COMMIT, ")\n");
-  };
-  absl::SetFlagsUsageConfig(config);
-}
-
-// absl::ParseCommandLine, except that --help (and --helpfull, ...) exits 0
-// as --version does: Abseil 20220623 exits 1 after printing help. nullopt
-// when a usage flag was handled (its output printed).
-std::optional<std::vector<char*>> ParseFlags(int argc, char** argv) {
-  namespace fi = absl::flags_internal;
-  std::vector<char*> rest = fi::ParseCommandLineImpl(
-      argc, argv, fi::ArgvListAction::kRemoveParsedArgs,
-      fi::UsageFlagsAction::kIgnoreUsage,
-      fi::OnUndefinedFlag::kAbortIfUndefined);
-  if (fi::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
-    return std::nullopt;
-  }
-  return rest;
+  kvserve::ConfigureCommandLine(
+      "kvmodel",
+      absl::StrCat(
+          "writes GGUF models with deterministic random weights, and converts "
+          "GGUF models to other tensor types\n"
+          "  kvmodel make --out=PATH [--n_layers=N --dim=N --n_heads=N "
+          "--n_kv_heads=N --hidden_dim=N --context_length=N "
+          "--dtype=TYPE --vocab_from=GGUF --seed=S]\n"
+          "  kvmodel quantize --in=GGUF --out=PATH --type=TYPE (or --mix=MIX)\n"
+          "TYPE: ",
+          kvserve::TypeMixNames()),
+      "tools/kvmodel.cc", KVSERVE_VERSION, KVSERVE_COMMIT);
 }
 
 // Reads `path` back with the loader: the file we promise is one it accepts.
@@ -192,7 +157,8 @@ int Quantize() {
 
 int main(int argc, char** argv) {
   ConfigureUsage();
-  std::optional<std::vector<char*>> parsed = ParseFlags(argc, argv);
+  std::optional<std::vector<char*>> parsed =
+      kvserve::ParseCommandLine(argc, argv);
   if (!parsed.has_value()) return 0;  // --help or --version
   const std::vector<char*>& args = *parsed;
   const std::string command = args.size() == 2 ? args[1] : "";

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/json_writer.h"
+#include "core/dnnl/context.h"
 #include "dnnl.hpp"
 
 namespace kvserve::bench {
@@ -71,6 +72,9 @@ double BandwidthProbe::MeasureGbps(int repeats) {
 }
 
 double MeasureSgemmGflops(int64_t m, int64_t n, int64_t k) {
+  // The engine caps oneDNN's ISA (KVSERVE_MAX_ISA) before its first kernel;
+  // dnnl::sgemm alone would dispatch at the CPU's full ISA for good.
+  DnnlEngine();
   std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
   const double s = TimeCalls(
                        [&](int64_t) {
