@@ -408,15 +408,18 @@ int Main(int argc, char** argv) {
     std::printf(
         "serve_bench: kvserve with a made model: %d layers, dim %d, %d heads "
         "/ %d KV heads, %s weights (%.0f MB), %s KV, context %d; client and "
-        "server share this machine (%d cores), OMP_WAIT_POLICY=%s\n\n",
+        "server share this machine (%d cores), OMP_WAIT_POLICY=%s; server "
+        "ISA %s (%s)\n\n",
         info->n_layers(), info->dim(), info->n_heads(), info->n_kv_heads(),
         info->weight_dtype().c_str(), info->weight_bytes() / 1e6,
         info->kv_dtype().c_str(), info->context_length(), omp_get_num_procs(),
-        bench::OmpWaitPolicy().c_str());
+        bench::OmpWaitPolicy().c_str(), info->isa().c_str(),
+        info->cpu().c_str());
   }
 
   bench::JsonLine summary;
   summary.Add("kind", "summary");
+  summary.Add("isa", info->isa());
   // (a)
   absl::StatusOr<SingleResult> single = RunSingle(env, probe);
   if (!single.ok()) return fail(single.status());
