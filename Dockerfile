@@ -24,7 +24,7 @@ RUN apt-get update -q \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev \
-      libgtest-dev libgmock-dev libbenchmark-dev \
+      libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
