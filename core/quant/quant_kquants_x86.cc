@@ -30,6 +30,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace kvserve::quant::internal::kquants {
 
@@ -40,6 +41,7 @@ namespace avx2 {
 using VI = __m256i;
 using VF = __m256;
 constexpr int kVecBytes = 32;
+constexpr int kLaneWeightRows = 2;
 inline VI LoadVI(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -49,10 +51,21 @@ inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm256_add_epi32(acc,
                           _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), s));
 }
+// acc + Σ of 4 adjacent u8 × s8 per int32 lane (pairs stay in int16: u8
+// operands here are at most 63).
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
 inline VF ZeroF() { return _mm256_setzero_ps(); }
 inline VF BroadcastLane0(__m128 x) { return _mm256_broadcastss_ps(x); }
 inline VF FmaF(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 inline VF CvtF(VI v) { return _mm256_cvtepi32_ps(v); }
+inline VF FmsubF(VF a, VF b, VF c) { return _mm256_fmsub_ps(a, b, c); }
+inline VF ExtendF(__m256 x) { return x; }
+inline VF LoadXd(const uint8_t* p) {
+  return _mm256_broadcast_ss(reinterpret_cast<const float*>(p));
+}
 float ReduceF(VF x);
 
 #include "core/quant/quant_kquants_simd.h"
@@ -69,6 +82,7 @@ namespace avx2_vnni {
 using VI = __m256i;
 using VF = __m256;
 constexpr int kVecBytes = 32;
+constexpr int kLaneWeightRows = 2;
 inline VI LoadVI(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -77,10 +91,18 @@ inline VI ZeroI() { return _mm256_setzero_si256(); }
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(u, q), s);
 }
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
 inline VF ZeroF() { return _mm256_setzero_ps(); }
 inline VF BroadcastLane0(__m128 x) { return _mm256_broadcastss_ps(x); }
 inline VF FmaF(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 inline VF CvtF(VI v) { return _mm256_cvtepi32_ps(v); }
+inline VF FmsubF(VF a, VF b, VF c) { return _mm256_fmsub_ps(a, b, c); }
+inline VF ExtendF(__m256 x) { return x; }
+inline VF LoadXd(const uint8_t* p) {
+  return _mm256_broadcast_ss(reinterpret_cast<const float*>(p));
+}
 float ReduceF(VF x);
 
 #include "core/quant/quant_kquants_simd.h"
@@ -97,6 +119,7 @@ namespace avx512 {
 using VI = __m512i;
 using VF = __m512;
 constexpr int kVecBytes = 64;
+constexpr int kLaneWeightRows = 4;
 inline VI LoadVI(const uint8_t* p) { return _mm512_loadu_si512(p); }
 inline VI Widen(const __m256i* v, int n) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * n]), v[2 * n + 1], 1);
@@ -106,10 +129,19 @@ inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm512_add_epi32(acc,
                           _mm512_madd_epi16(_mm512_maddubs_epi16(u, q), s));
 }
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
 inline VF ZeroF() { return _mm512_setzero_ps(); }
 inline VF BroadcastLane0(__m128 x) { return _mm512_broadcastss_ps(x); }
 inline VF FmaF(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF CvtF(VI v) { return _mm512_cvtepi32_ps(v); }
+inline VF FmsubF(VF a, VF b, VF c) { return _mm512_fmsub_ps(a, b, c); }
+inline VF ExtendF(__m256 x) { return _mm512_zextps256_ps512(x); }
+inline VF LoadXd(const uint8_t* p) {
+  return _mm512_set1_ps(*reinterpret_cast<const float*>(p));
+}
 inline float ReduceF(VF x) { return _mm512_reduce_add_ps(x); }
 
 #include "core/quant/quant_kquants_simd.h"
@@ -125,6 +157,7 @@ namespace avx512_vnni {
 using VI = __m512i;
 using VF = __m512;
 constexpr int kVecBytes = 64;
+constexpr int kLaneWeightRows = 4;
 inline VI LoadVI(const uint8_t* p) { return _mm512_loadu_si512(p); }
 inline VI Widen(const __m256i* v, int n) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * n]), v[2 * n + 1], 1);
@@ -133,10 +166,18 @@ inline VI ZeroI() { return _mm512_setzero_si512(); }
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, q), s);
 }
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_epi32(acc, u, s);
+}
 inline VF ZeroF() { return _mm512_setzero_ps(); }
 inline VF BroadcastLane0(__m128 x) { return _mm512_broadcastss_ps(x); }
 inline VF FmaF(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF CvtF(VI v) { return _mm512_cvtepi32_ps(v); }
+inline VF FmsubF(VF a, VF b, VF c) { return _mm512_fmsub_ps(a, b, c); }
+inline VF ExtendF(__m256 x) { return _mm512_zextps256_ps512(x); }
+inline VF LoadXd(const uint8_t* p) {
+  return _mm512_set1_ps(*reinterpret_cast<const float*>(p));
+}
 inline float ReduceF(VF x) { return _mm512_reduce_add_ps(x); }
 
 #include "core/quant/quant_kquants_simd.h"

@@ -32,9 +32,16 @@ namespace kvserve::quant::legacy {
 #pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 
-constexpr int kB = 1, kW = 8, kMaxTile = 4;
+constexpr int kB = 1, kW = 8, kMaxTile = 4, kLaneWeightRows = 2;
 constexpr bool kVnni = false;
 using VI = __m256i;
+// acc + Σ of 4 adjacent u8 × s8 per int32 lane (the u8 operands of the lane
+// kernels are at most 31 here, or |w| <= 127 against |x| <= 127 with the
+// sign trick: no int16 saturation).
+inline __m256i LaneDot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
 using VF = __m256;
 
 inline VI JoinW(__m256i lo, __m256i) { return lo; }
@@ -91,8 +98,11 @@ using avx2::ToF;
 using avx2::VF;
 using avx2::VI;
 using avx2::ZeroF;
-constexpr int kB = 1, kW = 8, kMaxTile = 4;
+constexpr int kB = 1, kW = 8, kMaxTile = 4, kLaneWeightRows = 2;
 constexpr bool kVnni = true;
+inline __m256i LaneDot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+}
 using avx2::BlockInts;
 using avx2::ZeroI;
 inline VI DotU8S8(VI init, VI u, VI s) {
@@ -108,8 +118,9 @@ inline VI DotU8S8(VI init, VI u, VI s) {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 namespace avx512 {
 
-constexpr int kB = 2, kW = 16, kMaxTile = 8;
+constexpr int kB = 2, kW = 16, kMaxTile = 8, kLaneWeightRows = 4;
 constexpr bool kVnni = false;
+using avx2::LaneDot8;
 using VI = __m512i;
 using VF = __m512;
 inline VI JoinW(__m256i lo, __m256i hi) {
@@ -178,8 +189,11 @@ using avx512::ToF;
 using avx512::VF;
 using avx512::VI;
 using avx512::ZeroF;
-constexpr int kB = 2, kW = 16, kMaxTile = 8;
+constexpr int kB = 2, kW = 16, kMaxTile = 8, kLaneWeightRows = 4;
 constexpr bool kVnni = true;
+inline __m256i LaneDot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_epi32(acc, u, s);
+}
 using avx512::BlockInts;
 using avx512::ZeroI;
 inline VI DotU8S8(VI init, VI u, VI s) {

@@ -572,6 +572,98 @@ INSTANTIATE_TEST_SUITE_P(
              Levels()[std::get<1>(info.param)].name;
     });
 
+// Every activation-row count 1..13 (the kernels tile the rows, with lanes
+// past m padded) and weight-row ranges of 1, 2, 3, 5 and 13 rows (the
+// kernels walk several weight rows per pass), on an odd block count.
+class KQuantGemvTileTest : public KQuantGemvTest {};
+
+TEST_P(KQuantGemvTileTest, AllRowCountsAndRanges) {
+  const KType& kt = Find(std::get<0>(GetParam()));
+  const Level level = Levels()[std::get<1>(GetParam())];
+  const std::string missing = Missing(level.cpu, DetectedCpu());
+  if (!missing.empty()) {
+    GTEST_SKIP() << "this CPU lacks " << missing << " for the " << level.name
+                 << " level";
+  }
+  const GemvFn gemv = SelectGemv(kt.type, level.cpu);
+  ASSERT_NE(gemv, nullptr);
+  std::mt19937 rng(
+      static_cast<uint32_t>(kt.block_bytes * 17 + std::get<1>(GetParam())));
+  const int64_t k = 3 * kQK, nb = 3;
+  const int rows = 13;
+  const int64_t w_row_bytes = nb * kt.block_bytes;
+  const std::vector<uint8_t> w =
+      RandomBlocks(kt, static_cast<int>(rows * nb), &rng);
+  // Reference per weight row and activation row, for the largest m.
+  constexpr int kMaxM = 13;
+  const int64_t x_row_bytes = nb * 292;
+  std::vector<uint8_t> x(kMaxM * x_row_bytes);
+  const std::vector<float> xf =
+      Gaussian(kMaxM * k, static_cast<uint32_t>(99 + std::get<1>(GetParam())));
+  for (int r = 0; r < kMaxM; ++r) {
+    Info(Type::kQ8_K)
+        ->quantize(xf.data() + r * k, x.data() + r * x_row_bytes, k);
+  }
+  std::vector<double> want(kMaxM * rows), mag(kMaxM * rows);
+  for (int r = 0; r < kMaxM; ++r) {
+    for (int i = 0; i < rows; ++i) {
+      double dot = 0, abs_dot = 0;
+      for (int64_t e = 0; e < k; ++e) {
+        const double we = kt.ref(
+            w.data() + i * w_row_bytes + e / kQK * kt.block_bytes, e % kQK);
+        const double xe =
+            RefQ8K(x.data() + r * x_row_bytes + e / kQK * 292, e % kQK);
+        dot += we * xe;
+        abs_dot += std::fabs(we * xe);
+      }
+      want[r * rows + i] = dot;
+      mag[r * rows + i] = abs_dot;
+    }
+  }
+  for (int m = 1; m <= kMaxM; ++m) {
+    for (const auto& [begin, end] :
+         {std::pair<int, int>{0, rows}, {4, 5}, {1, 3}, {6, 9}, {2, 7}}) {
+      SCOPED_TRACE("m " + std::to_string(m) + " rows [" +
+                   std::to_string(begin) + ", " + std::to_string(end) + ")");
+      const int64_t ldy = rows + 2;
+      std::vector<float> y(m * ldy, -1234.5f);
+      GemvArgs args;
+      args.k = k;
+      args.w = w.data();
+      args.w_row_bytes = w_row_bytes;
+      args.row_begin = begin;
+      args.row_end = end;
+      args.x = x.data();
+      args.x_row_bytes = x_row_bytes;
+      args.m = m;
+      args.y = y.data();
+      args.ldy = ldy;
+      gemv(args);
+      for (int r = 0; r < m; ++r) {
+        for (int i = 0; i < ldy; ++i) {
+          const float got = y[r * ldy + i];
+          if (i < begin || i >= end) {
+            ASSERT_EQ(got, -1234.5f)
+                << "row " << i << " outside the range was written";
+            continue;
+          }
+          ASSERT_NEAR(got, want[r * rows + i], 1e-5 * mag[r * rows + i] + 1e-30)
+              << "weight row " << i << " activation row " << r;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLevels, KQuantGemvTileTest,
+    ::testing::Combine(::testing::ValuesIn(kWeightTypes),
+                       ::testing::Range(0, 5)),
+    [](const ::testing::TestParamInfo<KQuantGemvTileTest::ParamType>& info) {
+      return std::string(Find(std::get<0>(info.param)).name) + "_" +
+             Levels()[std::get<1>(info.param)].name;
+    });
+
 // The selection without a level's features falls back, never up.
 TEST(KQuantGemvSelectTest, FallsBackByFeature) {
   const std::vector<Level> levels = Levels();

@@ -731,5 +731,93 @@ INSTANTIATE_TEST_SUITE_P(
              kLevels[std::get<1>(p.param)].name;
     });
 
+// Every activation-row count 1..13 (the kernels tile the rows, with lanes
+// past m padded) and weight-row ranges of 1, 2, 3, 5 and 13 rows (the
+// kernels walk several weight rows per pass), on block counts around the
+// kernels' chunk of 8 blocks.
+class QuantLegacyGemvTileTest : public QuantLegacyGemvTest {};
+
+TEST_P(QuantLegacyGemvTileTest, AllRowCountsAndRanges) {
+  const auto [t, level_index] = GetParam();
+  const Level& level = kLevels[level_index];
+  std::string missing;
+  const CpuFeatures cpu = LevelFeatures(level, &missing);
+  if (!missing.empty()) {
+    GTEST_SKIP() << "this machine lacks " << missing << " for level "
+                 << level.name;
+  }
+  const GemvFn gemv = SelectGemv(t, cpu);
+  ASSERT_NE(gemv, nullptr);
+  const Type act = Info(t)->act_type;
+  std::mt19937 rng(29 + level_index);
+  std::normal_distribution<float> normal;
+  constexpr int64_t kRows = 13;
+  constexpr int kMaxM = 13;
+  for (const int64_t k : {int64_t{32 * 7}, int64_t{32 * 9}}) {
+    const std::vector<uint8_t> w = RandomWeights(t, kRows, k, rng);
+    std::vector<float> xf(kMaxM * k);
+    for (int64_t i = 0; i < kMaxM * k; ++i) {
+      xf[i] = normal(rng) * std::pow(2.0f, static_cast<float>(i / 32 % 5));
+    }
+    const int64_t x_row_bytes = RowBytes(act, k);
+    std::vector<uint8_t> x(kMaxM * x_row_bytes);
+    for (int r = 0; r < kMaxM; ++r) {
+      Info(act)->quantize(&xf[r * k], &x[r * x_row_bytes], k);
+    }
+    std::vector<double> want(kMaxM * kRows), mag(kMaxM * kRows);
+    for (int r = 0; r < kMaxM; ++r) {
+      for (int64_t i = 0; i < kRows; ++i) {
+        RefDot(t, &w[i * RowBytes(t, k)], &x[r * x_row_bytes], k,
+               &want[r * kRows + i], &mag[r * kRows + i]);
+      }
+    }
+    for (int m = 1; m <= kMaxM; ++m) {
+      for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, kRows},
+                                       {4, 5},
+                                       {1, 3},
+                                       {6, 9},
+                                       {2, 7}}) {
+        const int64_t ldy = kRows + 3;
+        std::vector<float> y(m * ldy, NAN);
+        GemvArgs a;
+        a.k = k;
+        a.w = w.data();
+        a.w_row_bytes = RowBytes(t, k);
+        a.row_begin = begin;
+        a.row_end = end;
+        a.x = x.data();
+        a.x_row_bytes = x_row_bytes;
+        a.m = m;
+        a.y = y.data();
+        a.ldy = ldy;
+        gemv(a);
+        for (int r = 0; r < m; ++r) {
+          for (int64_t i = 0; i < ldy; ++i) {
+            const float got = y[r * ldy + i];
+            if (i < begin || i >= end) {
+              ASSERT_TRUE(std::isnan(got)) << "wrote row " << i;
+              continue;
+            }
+            ASSERT_NEAR(got, want[r * kRows + i],
+                        1e-5 * mag[r * kRows + i] + 1e-30)
+                << ExpectedName(t, level) << " k " << k << " m " << m
+                << " rows [" << begin << ", " << end << ") row " << i
+                << " act row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLevels, QuantLegacyGemvTileTest,
+    testing::Combine(testing::ValuesIn(kWeightTypes),
+                     testing::Range(0, static_cast<int>(std::size(kLevels)))),
+    [](const testing::TestParamInfo<std::tuple<Type, int>>& p) {
+      return TypeName(std::get<0>(p.param)) + "_" +
+             kLevels[std::get<1>(p.param)].name;
+    });
+
 }  // namespace
 }  // namespace kvserve::quant
