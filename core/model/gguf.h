@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/quant/quant.h"
 
 namespace kvserve {
 
@@ -70,30 +71,8 @@ enum class GgufType : uint32_t {
 };
 std::string_view GgufTypeName(GgufType t);
 
-// ggml tensor element types that kvserve knows the layout of.
-enum class GgmlType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ8_1 = 9,
-  kQ2_K = 10,
-  kQ3_K = 11,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kQ8_K = 15,
-  kIQ4_NL = 20,
-  kI8 = 24,
-  kI16 = 25,
-  kI32 = 26,
-  kI64 = 27,
-  kF64 = 28,
-  kBF16 = 30,
-};
+// ggml tensor element types: the ids GGUF stores (core/quant/quant.h).
+using GgmlType = quant::Type;
 // "F32", "Q8_0", ... or "type N" for unknown values.
 std::string GgmlTypeName(uint32_t type);
 // Elements per block and bytes per block; false for unknown types.

@@ -120,6 +120,19 @@ void Model::RopeInPlace(float* x, int n_heads, const float* cos_sin) const {
   }
 }
 
+void Model::RotateAndStoreKv(int layer, int64_t row, BlockTable& kv,
+                             int64_t pos) {
+  const ModelConfig& c = config();
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const float* cos_sin = &cos_sin_[row * c.rotary_dim()];
+  float* q = &qkv_[row * (q_dim + 2 * kv_dim)];
+  float* k = q + q_dim;
+  RopeInPlace(q, c.n_heads, cos_sin);
+  RopeInPlace(k, c.n_kv_heads, cos_sin);
+  std::memcpy(&q_[row * q_dim], q, q_dim * sizeof(float));
+  kv.WriteKv(layer, pos, k, k + kv_dim);
+}
+
 absl::StatusOr<absl::Span<const float>> Model::Forward(
     absl::Span<const SeqChunk> chunks) try {
   return ForwardSteps(chunks);
@@ -205,14 +218,7 @@ absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
     for (const SeqChunk& chunk : chunks) {
       const int64_t n = chunk.tokens.size();
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t r = row + i;
-        float* q = &qkv_[r * qkv_dim];
-        float* k = q + q_dim;
-        const float* v = k + kv_dim;
-        RopeInPlace(q, c.n_heads, &cos_sin_[r * half * 2]);
-        RopeInPlace(k, c.n_kv_heads, &cos_sin_[r * half * 2]);
-        std::memcpy(&q_[r * q_dim], q, q_dim * sizeof(float));
-        chunk.kv->WriteKv(layer, chunk.start_pos + i, k, v);
+        RotateAndStoreKv(layer, row + i, *chunk.kv, chunk.start_pos + i);
       }
       const SeqKv seq{chunk.kv->blocks(), chunk.start_pos + n};
       if (n == 1) {
@@ -300,9 +306,7 @@ bool Model::DecodesInTeam(absl::Span<const SeqChunk> chunks, int64_t m,
 
 void Model::DecodeInTeam(absl::Span<const SeqChunk> chunks, int64_t m) {
   const ModelConfig& c = config();
-  const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
-  const int hidden = c.hidden_dim, half = c.rotary_dim() / 2;
-  const int qkv_dim = q_dim + 2 * kv_dim;
+  const int dim = c.dim, hidden = c.hidden_dim;
   std::vector<SeqKv> seqs;  // row r is chunk r's one token
   for (const SeqChunk& chunk : chunks) {
     seqs.push_back(SeqKv{chunk.kv->blocks(), chunk.start_pos + 1});
@@ -331,13 +335,7 @@ void Model::DecodeInTeam(absl::Span<const SeqChunk> chunks, int64_t m) {
       team.Sync();
       if (team.leader()) {
         for (int64_t r = 0; r < m; ++r) {
-          float* q = &qkv_[r * qkv_dim];
-          float* k = q + q_dim;
-          const float* v = k + kv_dim;
-          RopeInPlace(q, c.n_heads, &cos_sin_[r * half * 2]);
-          RopeInPlace(k, c.n_kv_heads, &cos_sin_[r * half * 2]);
-          std::memcpy(&q_[r * q_dim], q, q_dim * sizeof(float));
-          chunks[r].kv->WriteKv(layer, chunks[r].start_pos, k, v);
+          RotateAndStoreKv(layer, r, *chunks[r].kv, chunks[r].start_pos);
         }
       }
       team.Sync();

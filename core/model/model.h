@@ -88,6 +88,9 @@ class Model {
 
   void Embed(int32_t token, float* out) const;
   void RopeInPlace(float* x, int n_heads, const float* cos_sin) const;
+  // Row `row` of qkv_: RoPE on q and k, q copied to q_, k and v written to
+  // `kv` at position `pos` of `layer`.
+  void RotateAndStoreKv(int layer, int64_t row, BlockTable& kv, int64_t pos);
 
   const ModelWeights* weights_;
   ModelOptions options_;

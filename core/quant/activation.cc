@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/model/gguf_tensor.h"
 #include "core/util/check.h"
 #include "core/util/cpu_features.h"
+#include "core/util/fp16.h"
 
 namespace kvserve::quant {
 namespace {
@@ -26,10 +26,10 @@ void Block8Scalar(const float* x, bool with_sum, uint8_t* out) {
     q[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));  // half to even
     sum += q[j];
   }
-  const uint16_t hd = FloatToHalf(d);
+  const uint16_t hd = FloatToFp16(d);
   std::memcpy(out, &hd, 2);
   if (with_sum) {
-    const uint16_t hs = FloatToHalf(d * static_cast<float>(sum));
+    const uint16_t hs = FloatToFp16(d * static_cast<float>(sum));
     std::memcpy(out + 2, &hs, 2);
   }
 }
