@@ -10,9 +10,12 @@ RUN_FLAGS ?=
 DEPS := cmake make g++ pkg-config clang-format \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev \
-  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libxxhash-dev
 
-CXX_FILES = $(shell git ls-files '*.cc' '*.h' 2>/dev/null)
+# Tracked and new (not ignored) C++ files that exist: a file deleted or moved
+# but not yet committed is skipped, a new one is checked before its commit.
+CXX_FILES = $(wildcard $(shell git ls-files --cached --others --exclude-standard \
+  '*.cc' '*.h' '*.inc' 2>/dev/null))
 
 .PHONY: all deps configure build run test format format-check debug asan clean \
   ops-deps ops-test container-deps container-test

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/model/config.h"
+#include "core/util/dtype.h"
 
 namespace kvserve::attention_internal {
 

@@ -15,6 +15,7 @@
 #include "core/dnnl/linear.h"
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
+#include "core/util/dtype.h"
 #include "dnnl.hpp"
 
 namespace kvserve {

@@ -33,7 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "core/model/weights.h"
+#include "core/quant/weight_tensor.h"
 #include "core/util/team.h"
 
 namespace kvserve {

@@ -4,17 +4,6 @@
 
 namespace kvserve {
 
-std::string_view DTypeName(DType t) {
-  return t == DType::kF32 ? "f32" : "bf16";
-}
-
-absl::StatusOr<DType> ParseDType(std::string_view name) {
-  if (name == "f32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrFormat("unknown dtype \"%s\" (expected f32 or bf16)", name));
-}
-
 absl::Status ModelConfig::Validate() const {
   auto positive = [](const char* name, int v) -> absl::Status {
     if (v > 0) return absl::OkStatus();

@@ -1,23 +1,13 @@
-// The architecture of a Llama-family decoder and the element types used to
-// hold its weights and KV cache.
+// The architecture of a Llama-family decoder.
 #ifndef KVSERVE_CORE_MODEL_CONFIG_H_
 #define KVSERVE_CORE_MODEL_CONFIG_H_
 
 #include <cstdint>
-#include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "core/util/dtype.h"
 
 namespace kvserve {
-
-enum class DType { kF32, kBF16 };
-
-inline int64_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
-std::string_view DTypeName(DType t);
-// Accepts "f32" and "bf16".
-absl::StatusOr<DType> ParseDType(std::string_view name);
 
 struct ModelConfig {
   int n_layers = 0;

@@ -11,10 +11,9 @@
 #include <string>
 #include <string_view>
 
-namespace kvserve {
+#include "core/util/xxhash64.h"
 
-// XXH64 of `size` bytes (the reference algorithm; ~10 GB/s).
-uint64_t Xxh64(const void* data, size_t size, uint64_t seed);
+namespace kvserve {
 
 class Fingerprint {
  public:

@@ -4,8 +4,8 @@
 // bounds-checked; a malformed file yields an error naming the key or tensor
 // and the byte offset, never an out-of-bounds read.
 //
-// Thread-safety: GgufFile and MappedFile are immutable after creation; safe to
-// share across threads.
+// Thread-safety: GgufFile is immutable after creation; safe to share across
+// threads.
 #ifndef KVSERVE_CORE_MODEL_GGUF_H_
 #define KVSERVE_CORE_MODEL_GGUF_H_
 
@@ -20,38 +20,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/quant/quant.h"
+#include "core/util/mapped_file.h"
 
 namespace kvserve {
-
-// A whole file mapped read-only (MAP_PRIVATE); unmapped when the last
-// shared_ptr goes. Used by both model loaders; the mapping is what
-// ModelWeights::storage keeps alive for zero-copy tensors.
-class MappedFile {
- public:
-  static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(
-      const std::string& path);
-  // Wraps bytes owned by the caller (tests); `bytes` must outlive this.
-  static std::shared_ptr<const MappedFile> FromBytes(std::string_view bytes,
-                                                     std::string name);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  const uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
-  std::string_view bytes() const {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
-  const std::string& name() const { return name_; }
-
- private:
-  MappedFile(const uint8_t* data, uint64_t size, bool owned, std::string name)
-      : data_(data), size_(size), owned_(owned), name_(std::move(name)) {}
-  const uint8_t* data_;
-  uint64_t size_;
-  bool owned_;  // munmap on destruction
-  std::string name_;
-};
 
 // GGUF metadata value types (gguf_type).
 enum class GgufType : uint32_t {

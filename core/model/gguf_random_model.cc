@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/model/fingerprint.h"
 #include "core/model/gguf_tensor.h"
 #include "core/model/type_mix.h"
 #include "core/quant/quant.h"
 #include "core/tokenizer/vocab.h"
 #include "core/util/bf16.h"
+#include "core/util/xxhash64.h"
 
 namespace kvserve {
 namespace {

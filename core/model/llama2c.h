@@ -13,6 +13,7 @@
 #include "core/model/gguf.h"
 #include "core/model/gguf_tensor.h"
 #include "core/model/weights.h"
+#include "core/util/mapped_file.h"
 
 namespace kvserve {
 

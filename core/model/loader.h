@@ -16,6 +16,7 @@
 #include "core/model/gguf_tensor.h"
 #include "core/model/weights.h"
 #include "core/tokenizer/tokenizer.h"
+#include "core/util/mapped_file.h"
 
 namespace kvserve {
 

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_format.h"
+#include "core/quant/quant.h"
 
 namespace kvserve {
 namespace {

@@ -1,6 +1,6 @@
-// A model's weights as the forward pass reads them. Matrices are row-major
-// [rows][cols] with y = W x (rows = output features, cols = input features),
-// the layout of both GGUF and llama2.c files. Vectors (norm weights) are f32.
+// A model's weights as the forward pass reads them: one WeightTensor
+// (core/quant/weight_tensor.h, row-major [rows][cols] with y = W x) per
+// matrix, as the file stores it. Vectors (norm weights) are f32.
 #ifndef KVSERVE_CORE_MODEL_WEIGHTS_H_
 #define KVSERVE_CORE_MODEL_WEIGHTS_H_
 
@@ -10,27 +10,9 @@
 #include <vector>
 
 #include "core/model/config.h"
-#include "core/quant/quant.h"
+#include "core/quant/weight_tensor.h"
 
 namespace kvserve {
-
-// A view of one tensor; the bytes are owned by ModelWeights::storage.
-// `type` is the layout of the bytes: F32, BF16, or any GGUF block type
-// (F16, Q8_0, Q4_K, ...) kept exactly as the file stores it; a row is
-// quant::RowBytes(type, cols) bytes.
-struct WeightTensor {
-  quant::Type type = quant::Type::kF32;
-  int64_t rows = 0;  // 1 for a vector
-  int64_t cols = 0;
-  const void* data = nullptr;
-
-  int64_t row_bytes() const { return quant::RowBytes(type, cols); }
-  int64_t bytes() const { return rows * row_bytes(); }
-  const float* f32() const { return static_cast<const float*>(data); }
-  const uint8_t* row(int64_t i) const {
-    return static_cast<const uint8_t*>(data) + i * row_bytes();
-  }
-};
 
 struct LayerWeights {
   WeightTensor attn_norm;  // [dim] f32

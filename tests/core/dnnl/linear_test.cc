@@ -13,6 +13,7 @@
 #include "core/dnnl/context.h"
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
+#include "core/util/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

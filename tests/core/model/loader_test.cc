@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "core/model/fingerprint.h"
 #include "core/model/gguf_random_model.h"
 #include "core/model/gguf_writer.h"
 #include "core/util/bf16.h"
@@ -189,20 +188,6 @@ TEST(LoaderTest, OptionErrors) {
   o = Bin();
   o.tokenizer_path = Models() + "stories260K.gguf";
   EXPECT_FALSE(LoadModel(o).ok());
-}
-
-TEST(FingerprintTest, Xxh64ReferenceVectors) {
-  EXPECT_EQ(Xxh64("", 0, 0), 0xEF46DB3751D8E999ULL);
-  EXPECT_EQ(Xxh64("a", 1, 0), 0xD24EC4F1A98C6E5BULL);
-  EXPECT_EQ(Xxh64("abc", 3, 0), 0x44BC2CF5AD770999ULL);
-  std::string long_input(100, 'x');
-  EXPECT_NE(Xxh64(long_input.data(), 100, 0), Xxh64(long_input.data(), 99, 0));
-  Fingerprint a, b;
-  a.Add("ab");
-  b.Add("ab");
-  EXPECT_EQ(a.Hex(), b.Hex());
-  b.Add("c");
-  EXPECT_NE(a.Hex(), b.Hex());
 }
 
 }  // namespace
