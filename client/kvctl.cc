@@ -1,5 +1,6 @@
-// kvctl: the command-line client of kvserve (see the command-line contract in
-// DESIGN.md). Flags may come before or after the subcommand.
+// kvctl: the command-line client of kvserve (its commands are in README.md
+// ("kvctl") and kUsage below). Flags may come before or after the
+// subcommand.
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -31,7 +32,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/client.h"
-#include "client/json_writer.h"
+#include "client/proto_json.h"
 #include "core/util/command_line.h"
 #include "kvserve_build_info.h"
 
@@ -321,8 +322,9 @@ CallOptions MakeCallOptions(Cancellation* cancellation,
 
 // Prints a message as JSON or "name: value" lines.
 bool PrintMessage(const google::protobuf::Message& message) {
-  return WriteOut(absl::GetFlag(FLAGS_json) ? ProtoToJson(message) + "\n"
-                                            : ProtoToText(message));
+  return WriteOut(absl::GetFlag(FLAGS_json)
+                      ? DumpJson(ProtoToJson(message)) + "\n"
+                      : ProtoToText(message));
 }
 
 class Commands {
@@ -456,7 +458,7 @@ class Commands {
       for (const v1::Session& session : response->sessions()) {
         const std::string line =
             absl::GetFlag(FLAGS_json)
-                ? ProtoToJson(session) + "\n"
+                ? DumpJson(ProtoToJson(session)) + "\n"
                 : absl::StrCat(session.session_id(),
                                " tokens=", session.num_tokens(),
                                " kv_bytes=", session.kv_bytes(),
@@ -513,23 +515,7 @@ class Commands {
     auto on_token = [&](const v1::GeneratedToken& token) {
       std::string out;
       if (json) {
-        JsonObject object;
-        object.AddInt("token_id", token.token_id());
-        object.AddString("text", token.text());
-        if (token.has_logprob()) object.AddFloat("logprob", token.logprob());
-        if (token.top_logprobs_size() > 0) {
-          std::string top = "[";
-          for (const v1::TokenLogprob& alt : token.top_logprobs()) {
-            if (top.size() > 1) top.append(", ");
-            top.append(JsonObject()
-                           .AddInt("token_id", alt.token_id())
-                           .AddString("text", alt.text())
-                           .AddFloat("logprob", alt.logprob())
-                           .str());
-          }
-          object.AddRaw("top_logprobs", top + "]");
-        }
-        out = object.str() + "\n";
+        out = DumpJson(TokenToJson(token)) + "\n";
       } else {
         out = token.text();
         printed_text = true;
@@ -546,30 +532,7 @@ class Commands {
     }
     std::string out;
     if (json) {
-      JsonObject object;
-      object.AddString("finish_reason",
-                       FinishReasonName(final_message->finish_reason()));
-      const v1::Usage& usage = final_message->usage();
-      object.AddObject(
-          "usage",
-          JsonObject()
-              .AddInt("prompt_tokens", usage.prompt_tokens())
-              .AddInt("cached_prompt_tokens", usage.cached_prompt_tokens())
-              .AddInt("generated_tokens", usage.generated_tokens()));
-      const v1::Timings& timings = final_message->timings();
-      object.AddObject(
-          "timings",
-          JsonObject()
-              .AddDouble("queue_seconds", timings.queue_seconds())
-              .AddDouble("prefill_seconds", timings.prefill_seconds())
-              .AddDouble("decode_seconds", timings.decode_seconds()));
-      if (!final_message->session_id().empty()) {
-        object.AddString("session_id", final_message->session_id());
-      }
-      if (!final_message->text().empty()) {
-        object.AddString("text", final_message->text());
-      }
-      out = object.str() + "\n";
+      out = DumpJson(FinalToJson(*final_message)) + "\n";
     } else {
       out = final_message->text() + "\n";
     }
@@ -589,10 +552,11 @@ class Commands {
     }
     std::string out;
     for (int i = 0; i < response->token_ids_size(); ++i) {
-      absl::StrAppend(
-          &out, response->token_ids(i), "\t",
-          i < response->pieces_size() ? JsonString(response->pieces(i)) : "",
-          "\n");
+      absl::StrAppend(&out, response->token_ids(i), "\t",
+                      i < response->pieces_size()
+                          ? DumpJson(Json(response->pieces(i)))
+                          : "",
+                      "\n");
     }
     return WriteOut(out) ? kExitOk : WriteFailed();
   }

@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/json_writer.h"
+#include "client/proto_json.h"
 #include "core/dnnl/context.h"
 #include "dnnl.hpp"
 
