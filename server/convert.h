@@ -1,5 +1,8 @@
-// Conversions between the API's protobuf messages and core's plain types,
-// with request validation (INVALID_ARGUMENT naming the field).
+// Conversions between the API's protobuf messages and core's plain types.
+// They check only what core has no rule for: the number and length of stop
+// strings and the sign of a TTL (INVALID_ARGUMENT). The ranges of
+// max_tokens and the sampling parameters are the engine's to check
+// (ValidateGenerateParams, core/engine/engine.h), when the request runs.
 #ifndef KVSERVE_SERVER_CONVERT_H_
 #define KVSERVE_SERVER_CONVERT_H_
 
@@ -12,10 +15,13 @@ namespace kvserve {
 
 Input FromProto(const v1::Input& input);
 
-// Validates a Generate (or, with generate=false, an Append) request.
+// A Generate request; max_tokens is default_max_tokens when unset, the
+// seed random when unset. INVALID_ARGUMENT for more than 16 stop strings or
+// one that is empty or longer than 256 bytes.
 absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
                                          int default_max_tokens);
 
+// nullopt when unset (no TTL); INVALID_ARGUMENT when set and not positive.
 absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(bool has_ttl,
                                                            int64_t ttl_seconds);
 

@@ -4,23 +4,25 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/quant/quant.h"
 #include "core/text/utf8_stream_decoder.h"
 #include "core/util/cpu_features.h"
+#include "core/util/status_reason.h"
 #include "server/convert.h"
 #include "server/status.h"
 
 namespace kvserve {
 namespace {
 
-// The label of kvserve_requests_rejected_total for a RESOURCE_EXHAUSTED.
-const char* RejectionReason(const absl::Status& status) {
-  return absl::StrContains(status.message(), "queue") ? "queue_full"
-                                                      : "kv_cache_full";
+// The label of kvserve_requests_rejected_total for a RESOURCE_EXHAUSTED:
+// the reason the engine attached (core/util/status_reason.h); one without
+// a reason ran out of KV cache.
+std::string RejectionReason(const absl::Status& status) {
+  std::string reason = ReasonOf(status);
+  return reason.empty() ? std::string(kReasonKvCacheFull) : reason;
 }
 
 // Finishes one unary RPC exactly once and records its metrics.
@@ -184,38 +186,32 @@ class GenerateReactor final
   grpc::StatusCode code_ = grpc::StatusCode::OK;  // set before Finish
 };
 
-// Finishes an Append once the engine has prefilled it.
+// Finishes an Append once the engine has prefilled it, with the session
+// as the engine left it (GenerateResult::session).
 class AppendSink final : public TokenSink {
  public:
-  AppendSink(UnaryCall call, Engine* engine, v1::AppendResponse* response,
-             std::string session_id, std::string owner)
-      : call_(call),
-        engine_(engine),
-        response_(response),
-        session_id_(std::move(session_id)),
-        owner_(std::move(owner)) {}
+  AppendSink(UnaryCall call, v1::AppendResponse* response)
+      : call_(call), response_(response) {}
 
   void OnToken(GeneratedToken) override {}
   void OnFinish(absl::StatusOr<GenerateResult> result) override {
     if (!result.ok()) {
       call_.Finish(result.status());
+    } else if (!result->session.has_value()) {
+      call_.Finish(absl::InternalError(
+          "the engine finished an Append without the session's state "
+          "(GenerateResult::session is empty)"));
     } else {
       ToProto(result->usage, response_->mutable_usage());
-      engine_->GetSession(
-          session_id_, owner_, false,
-          call_.Reply<SessionInfo>([r = response_](const SessionInfo& info) {
-            ToProto(info, r->mutable_session());
-          }));
+      ToProto(*result->session, response_->mutable_session());
+      call_.Finish(absl::OkStatus());
     }
     delete this;  // the engine never touches a sink after OnFinish
   }
 
  private:
   UnaryCall call_;
-  Engine* engine_;
   v1::AppendResponse* response_;
-  std::string session_id_;
-  std::string owner_;
 };
 
 }  // namespace
@@ -348,8 +344,7 @@ grpc::ServerUnaryReactor* InferenceService::Append(
   params.owner = request->owner();
   params.prompt = FromProto(request->input());
   params.generate = false;
-  auto* sink = new AppendSink(call, engine_, response, request->session_id(),
-                              request->owner());
+  auto* sink = new AppendSink(call, response);
   engine_->Submit(std::make_shared<GenerateCall>(std::move(params), sink));
   return call.reactor();
 }

@@ -1,7 +1,7 @@
 // kvserve: serves a Llama-family model over gRPC with server-side sessions.
-// Flags follow DESIGN.md's command-line contract; every flag can also be set
-// by the environment variable KVSERVE_<FLAG NAME IN CAPITALS>, which the
-// command line overrides.
+// Its flags are listed in README.md ("Server flags") and by --help; every
+// flag can also be set by the environment variable KVSERVE_<FLAG NAME IN
+// CAPITALS>, which the command line overrides.
 #include <signal.h>
 
 #include <algorithm>

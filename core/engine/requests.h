@@ -39,7 +39,7 @@ struct SessionInfo {
   int64_t num_tokens = 0;
   int64_t kv_tokens = 0;  // positions whose KV is held
   int64_t kv_bytes = 0;
-  std::string tier;  // "ram" | "tokens"
+  std::string tier;  // "ram" | "disk" | "tokens" (TierName)
   absl::Time create_time;
   absl::Time last_used;
   std::optional<absl::Duration> ttl;
@@ -64,6 +64,8 @@ struct GenerateResult {
   Timings timings;
   std::string session_id;  // empty for an ephemeral session
   std::string text;        // a held-back tail released at the end
+  // The session after the request (not for an ephemeral session).
+  std::optional<SessionInfo> session;
 };
 
 // Receives one request's output. Called on the engine thread; must not
