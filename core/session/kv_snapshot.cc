@@ -4,27 +4,15 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/model/fingerprint.h"
 #include "core/util/bf16.h"
 #include "core/util/check.h"
+#include "core/util/little_endian.h"
+#include "core/util/xxhash64.h"
 
 namespace kvserve {
 namespace {
 
 constexpr std::string_view kMagic = "KVSNAP01";
-
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-
-uint64_t GetU64(std::string_view s, size_t pos) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(s[pos + i]))
-         << (8 * i);
-  }
-  return v;
-}
 
 uint64_t TokensHash(absl::Span<const int32_t> tokens) {
   return Xxh64(tokens.data(), tokens.size() * sizeof(int32_t), 0);
@@ -44,11 +32,11 @@ absl::StatusOr<Header> ParseHeader(std::string_view b) {
   if (b.size() < kMagic.size() + 16 || b.substr(0, kMagic.size()) != kMagic) {
     return loss("bad magic");
   }
-  const uint64_t sum = GetU64(b, b.size() - 8);
+  const uint64_t sum = GetU64(b.data() + b.size() - 8);
   if (Xxh64(b.data(), b.size() - 8, 0) != sum) return loss("bad checksum");
   size_t pos = kMagic.size();
   Header h;
-  const uint64_t fp_len = GetU64(b, pos);
+  const uint64_t fp_len = GetU64(b.data() + pos);
   pos += 8;
   if (fp_len > 1024 || b.size() < pos + fp_len + 7 * 8) return loss("header");
   h.fingerprint = std::string(b.substr(pos, fp_len));
@@ -56,7 +44,7 @@ absl::StatusOr<Header> ParseHeader(std::string_view b) {
   uint64_t* fields[] = {&h.dtype,    &h.n_layers,   &h.n_kv_heads,
                         &h.head_dim, &h.num_tokens, &h.tokens_hash};
   for (uint64_t* f : fields) {
-    *f = GetU64(b, pos);
+    *f = GetU64(b.data() + pos);
     pos += 8;
   }
   h.data_offset = pos;
@@ -64,11 +52,11 @@ absl::StatusOr<Header> ParseHeader(std::string_view b) {
       h.head_dim > 4096) {
     return loss("header fields");
   }
+  // per_token <= 2^39 and num_tokens <= 2^24: the sum cannot wrap.
   const uint64_t elem = h.dtype == 0 ? 4 : 2;
-  const uint64_t expect =
-      pos + h.n_layers * h.num_tokens * 2 * h.n_kv_heads * h.head_dim * elem +
-      8;
-  if (h.num_tokens > (uint64_t{1} << 32) || b.size() != expect) {
+  const uint64_t per_token = h.n_layers * 2 * h.n_kv_heads * h.head_dim * elem;
+  if (h.num_tokens > (uint64_t{1} << 24) ||
+      b.size() != pos + h.num_tokens * per_token + 8) {
     return loss("size");
   }
   return h;

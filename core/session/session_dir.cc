@@ -7,12 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
-#include "core/model/fingerprint.h"
 #include "core/session/session_store.h"
+#include "core/util/little_endian.h"
+#include "core/util/xxhash64.h"
 
 namespace kvserve {
 namespace {
@@ -22,18 +21,6 @@ constexpr char kLogMagic[] = "KVSLOG1";  // first record's payload prefix
 absl::Status ErrnoError(std::string_view what, const std::string& path) {
   return absl::InternalError(
       absl::StrFormat("%s %s: %s", what, path, std::strerror(errno)));
-}
-
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  }
-  return v;
 }
 
 // A bounds-checked reader over a payload.
@@ -61,10 +48,7 @@ class Reader {
 
 void PutTokens(std::string& out, absl::Span<const int32_t> tokens) {
   PutU64(out, tokens.size());
-  for (int32_t t : tokens) {
-    const uint32_t u = static_cast<uint32_t>(t);
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(u >> (8 * i)));
-  }
+  for (int32_t t : tokens) PutU32(out, static_cast<uint32_t>(t));
 }
 
 bool GetTokens(Reader& r, std::vector<int32_t>* tokens) {
@@ -72,14 +56,19 @@ bool GetTokens(Reader& r, std::vector<int32_t>* tokens) {
   std::string_view bytes;
   if (!r.U64(&n) || n > (1u << 26) || !r.Bytes(n * 4, &bytes)) return false;
   for (uint64_t i = 0; i < n; ++i) {
-    uint32_t u = 0;
-    for (int b = 0; b < 4; ++b) {
-      u |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[4 * i + b]))
-           << (8 * b);
-    }
-    tokens->push_back(static_cast<int32_t>(u));
+    tokens->push_back(static_cast<int32_t>(GetU32(bytes.data() + 4 * i)));
   }
   return true;
+}
+
+// [u32 payload bytes][u64 XXH64 of the payload][payload]
+std::string Record(std::string_view payload) {
+  std::string record;
+  record.reserve(12 + payload.size());
+  PutU32(record, payload.size());
+  PutU64(record, Xxh64(payload.data(), payload.size(), 0));
+  record += payload;
+  return record;
 }
 
 absl::Status FsyncDir(const std::string& dir) {
@@ -140,9 +129,29 @@ std::string SessionDir::SnapshotPath(std::string_view id) const {
   return absl::StrFormat("%s/%s.kv", path_, id);
 }
 
-absl::StatusOr<int64_t> SessionDir::AppendRecord(std::string_view id,
-                                                 const std::string& payload,
-                                                 bool truncate) {
+std::string SessionDir::HeaderRecord(const StoredSession& session) {
+  std::string payload = kLogMagic;
+  PutU64(payload, session.owner.size());
+  payload += session.owner;
+  PutU64(payload, session.ttl.has_value()
+                      ? absl::ToInt64Nanoseconds(*session.ttl)
+                      : ~uint64_t{0});
+  PutU64(payload, absl::ToUnixNanos(session.create_time));
+  PutTokens(payload, session.tokens);
+  return Record(payload);
+}
+
+std::string SessionDir::AppendRecord(int64_t base,
+                                     absl::Span<const int32_t> tokens) {
+  std::string payload;
+  PutU64(payload, base);
+  PutTokens(payload, tokens);
+  return Record(payload);
+}
+
+absl::StatusOr<int64_t> SessionDir::WriteRecord(std::string_view id,
+                                                std::string_view record,
+                                                bool start) {
   if (!IsValidId(id)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("invalid session id \"%s\"", id));
@@ -150,19 +159,14 @@ absl::StatusOr<int64_t> SessionDir::AppendRecord(std::string_view id,
   const std::string path = LogPath(id);
   const int fd = ::open(
       path.c_str(),
-      O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0600);
+      O_WRONLY | O_CREAT | O_CLOEXEC | (start ? O_TRUNC : O_APPEND), 0600);
   if (fd < 0) return ErrnoError("cannot open", path);
-  std::string record;
-  const uint32_t n = payload.size();
-  for (int i = 0; i < 4; ++i) record.push_back(static_cast<char>(n >> (8 * i)));
-  PutU64(record, Xxh64(payload.data(), payload.size(), 0));
-  record += payload;
   absl::Status s = WriteAll(fd, record, path);
   if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("cannot fsync", path);
   struct stat st;
   if (s.ok() && ::fstat(fd, &st) != 0) s = ErrnoError("cannot stat", path);
   ::close(fd);
-  if (s.ok() && truncate) s = FsyncDir(path_);
+  if (s.ok() && start) s = FsyncDir(path_);
   if (!s.ok()) return s;
   return static_cast<int64_t>(st.st_size);
 }
@@ -175,33 +179,47 @@ int64_t SessionDir::LogSize(std::string_view id) const {
 }
 
 absl::StatusOr<int64_t> SessionDir::Create(const StoredSession& session) {
-  std::string payload = kLogMagic;
-  PutU64(payload, session.owner.size());
-  payload += session.owner;
-  PutU64(payload, session.ttl.has_value()
-                      ? absl::ToInt64Nanoseconds(*session.ttl)
-                      : ~uint64_t{0});
-  PutU64(payload, absl::ToUnixNanos(session.create_time));
-  PutTokens(payload, session.tokens);
-  return AppendRecord(session.id, payload, /*truncate=*/true);
+  return WriteRecord(session.id, HeaderRecord(session), /*start=*/true);
 }
 
 absl::StatusOr<int64_t> SessionDir::Append(std::string_view id, int64_t base,
                                            absl::Span<const int32_t> tokens) {
-  std::string payload;
-  PutU64(payload, base);
-  PutTokens(payload, tokens);
-  return AppendRecord(id, payload, /*truncate=*/false);
+  return WriteRecord(id, AppendRecord(base, tokens), /*start=*/false);
 }
 
 absl::Status SessionDir::Remove(std::string_view id) {
   if (!IsValidId(id)) return absl::OkStatus();
-  for (const std::string& path : {LogPath(id), SnapshotPath(id)}) {
+  // A snapshot's temporary file too, left by a crash mid-write.
+  for (const std::string& path :
+       {LogPath(id), SnapshotPath(id), SnapshotPath(id) + ".tmp"}) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       return ErrnoError("cannot remove", path);
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status SessionDir::WriteSnapshot(std::string_view id,
+                                       std::string_view bytes) {
+  if (!IsValidId(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("invalid session id \"%s\"", id));
+  }
+  return WriteFileAtomically(SnapshotPath(id), bytes);
+}
+
+absl::StatusOr<std::string> SessionDir::ReadSnapshot(
+    std::string_view id) const {
+  if (!IsValidId(id)) {
+    return absl::NotFoundError(
+        absl::StrFormat("no KV snapshot for session %s", id));
+  }
+  return ReadFile(SnapshotPath(id));
+}
+
+bool SessionDir::HasSnapshot(std::string_view id) const {
+  struct stat st;
+  return IsValidId(id) && ::stat(SnapshotPath(id).c_str(), &st) == 0;
 }
 
 void SessionDir::RemoveSnapshot(std::string_view id) {
@@ -225,11 +243,7 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
   std::string_view rest = *data;
   bool header = true;
   while (rest.size() >= 12) {
-    uint32_t n = 0;
-    for (int i = 0; i < 4; ++i) {
-      n |= static_cast<uint32_t>(static_cast<unsigned char>(rest[i]))
-           << (8 * i);
-    }
+    const uint32_t n = GetU32(rest.data());
     const uint64_t sum = GetU64(rest.data() + 4);
     if (rest.size() - 12 < n) break;  // torn
     const std::string_view payload = rest.substr(12, n);
@@ -248,6 +262,7 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
       if (ttl != ~uint64_t{0}) session.ttl = absl::Nanoseconds(ttl);
       session.create_time = absl::FromUnixNanos(created);
       header = false;
+      session.replayed_bytes = data->size() - rest.size();
       continue;
     }
     uint64_t base;
@@ -258,6 +273,7 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
     }
     session.tokens.resize(base);
     session.tokens.insert(session.tokens.end(), tokens.begin(), tokens.end());
+    session.replayed_bytes = data->size() - rest.size();
   }
   if (header) {
     return absl::DataLossError(
@@ -301,16 +317,30 @@ absl::Status WriteFileAtomically(const std::string& path,
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrFormat("%s does not exist", path));
     }
-    return ErrnoError("cannot read", path);
+    return ErrnoError("cannot open", path);
   }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string data;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(st.st_size);
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status s = ErrnoError("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    data.append(buffer, n);
+  }
+  ::close(fd);
+  return data;
 }
 
 }  // namespace kvserve

@@ -10,7 +10,11 @@
 //             and renamed over the old one.
 //
 // Ids are checked to be 32 lowercase hex digits before they name a file.
-// Thread-safety: not thread-safe; used by the engine thread only.
+// Thread-safety: a SessionDir holds only its path, and its methods may run
+// on several threads at once (SessionTiers reads on the engine thread while
+// its writer thread writes), except that writes to one session's files must
+// not overlap (two snapshot writes share <id>.kv.tmp). A reader sees what
+// the file system holds at that moment.
 #ifndef KVSERVE_CORE_SESSION_SESSION_DIR_H_
 #define KVSERVE_CORE_SESSION_SESSION_DIR_H_
 
@@ -18,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,12 +32,15 @@
 namespace kvserve {
 
 struct StoredSession {
-  std::string id;
-  std::string owner;
-  std::optional<absl::Duration> ttl;
-  absl::Time create_time;
-  std::vector<int32_t> tokens;
+  std::string id{};
+  std::string owner{};
+  std::optional<absl::Duration> ttl{};
+  absl::Time create_time{};
+  std::vector<int32_t> tokens{};
   int64_t log_bytes = 0;  // the log's size when it was read
+  // Bytes of the records replayed: less than log_bytes when the log ends in
+  // a torn or corrupt record (which hides any record appended after it).
+  int64_t replayed_bytes = 0;
 };
 
 class SessionDir {
@@ -41,6 +49,17 @@ class SessionDir {
   static absl::StatusOr<std::unique_ptr<SessionDir>> Open(std::string path);
 
   static bool IsValidId(std::string_view id);
+
+  // The log records Create and Append write, encoded; a log grows by
+  // exactly its records' sizes, so a writer can know the size it will have.
+  static std::string HeaderRecord(const StoredSession& session);
+  static std::string AppendRecord(int64_t base,
+                                  absl::Span<const int32_t> tokens);
+  // Writes an encoded record and fsyncs it: `start` replaces the log with
+  // it (and fsyncs the directory), otherwise it is appended. Returns the
+  // log's size in bytes.
+  absl::StatusOr<int64_t> WriteRecord(std::string_view id,
+                                      std::string_view record, bool start);
 
   // Starts (or replaces) a session's log with its header and `tokens`.
   // Returns the log's size in bytes.
@@ -52,8 +71,15 @@ class SessionDir {
   // The log's size in bytes, or -1 when there is none. Another process
   // sharing the directory (a replica) that appended changes it.
   int64_t LogSize(std::string_view id) const;
-  // Deletes the log and any snapshot.
+  // Deletes the log and any snapshot (and its temporary file).
   absl::Status Remove(std::string_view id);
+
+  // Replaces the session's KV snapshot atomically (WriteFileAtomically).
+  absl::Status WriteSnapshot(std::string_view id, std::string_view bytes);
+  // The snapshot's bytes; NOT_FOUND when there is none.
+  absl::StatusOr<std::string> ReadSnapshot(std::string_view id) const;
+  // Whether a snapshot file exists (a stat: nothing is read).
+  bool HasSnapshot(std::string_view id) const;
   // Deletes the snapshot, if any (it no longer matches the history).
   void RemoveSnapshot(std::string_view id);
   // Replays a log. NOT_FOUND when there is none; DATA_LOSS when even its
@@ -68,16 +94,14 @@ class SessionDir {
 
  private:
   explicit SessionDir(std::string path) : path_(std::move(path)) {}
-  absl::StatusOr<int64_t> AppendRecord(std::string_view id,
-                                       const std::string& payload,
-                                       bool truncate);
-  std::string path_;
+  const std::string path_;
 };
 
 // Writes `bytes` to `path` atomically: a temporary file, fsync, rename, and
 // an fsync of the directory.
 absl::Status WriteFileAtomically(const std::string& path,
                                  std::string_view bytes);
+// A whole file; NOT_FOUND when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 }  // namespace kvserve

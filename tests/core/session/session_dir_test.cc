@@ -95,12 +95,75 @@ TEST_F(SessionDirTest, RejectsIdsThatAreNotSessionIds) {
 
 TEST_F(SessionDirTest, RemoveDeletesLogAndSnapshot) {
   ASSERT_TRUE(dir_->Create(Sample()).ok());
-  ASSERT_TRUE(WriteFileAtomically(dir_->SnapshotPath(kId), "x").ok());
+  ASSERT_TRUE(dir_->WriteSnapshot(kId, "x").ok());
+  std::ofstream(dir_->SnapshotPath(kId) + ".tmp") << "left by a crash";
   ASSERT_TRUE(dir_->Remove(kId).ok());
   EXPECT_EQ(dir_->Load(kId).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(ReadFile(dir_->SnapshotPath(kId)).status().code(),
+  EXPECT_EQ(dir_->ReadSnapshot(kId).status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_FALSE(dir_->HasSnapshot(kId));
+  struct stat st;
+  EXPECT_NE(stat((dir_->SnapshotPath(kId) + ".tmp").c_str(), &st), 0);
   EXPECT_TRUE(dir_->List().empty());
+}
+
+TEST_F(SessionDirTest, SnapshotsAreWrittenReadAndStatted) {
+  EXPECT_FALSE(dir_->HasSnapshot(kId));
+  EXPECT_EQ(dir_->ReadSnapshot(kId).status().code(),
+            absl::StatusCode::kNotFound);
+  std::string bytes(100000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(dir_->WriteSnapshot(kId, bytes).ok());
+  EXPECT_TRUE(dir_->HasSnapshot(kId));
+  EXPECT_EQ(*dir_->ReadSnapshot(kId), bytes);
+  ASSERT_TRUE(dir_->WriteSnapshot(kId, "newer").ok());  // replaced whole
+  EXPECT_EQ(*dir_->ReadSnapshot(kId), "newer");
+  dir_->RemoveSnapshot(kId);
+  EXPECT_FALSE(dir_->HasSnapshot(kId));
+  EXPECT_FALSE(dir_->HasSnapshot("../../etc/passwd"));
+  EXPECT_EQ(dir_->WriteSnapshot("../x", "x").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SessionDirTest, TheLogGrowsByItsRecordsSizes) {
+  const std::string header = SessionDir::HeaderRecord(Sample());
+  const std::string append =
+      SessionDir::AppendRecord(3, std::vector<int32_t>{4, 5});
+  auto size = dir_->WriteRecord(kId, header, /*start=*/true);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, static_cast<int64_t>(header.size()));
+  size = dir_->WriteRecord(kId, append, /*start=*/false);
+  ASSERT_TRUE(size.ok()) << size.status();
+  EXPECT_EQ(*size, static_cast<int64_t>(header.size() + append.size()));
+  EXPECT_EQ(dir_->LogSize(kId), *size);
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(s->log_bytes, *size);
+  EXPECT_EQ(s->replayed_bytes, *size);
+  // Starting again replaces the log.
+  ASSERT_EQ(*dir_->WriteRecord(kId, header, /*start=*/true),
+            static_cast<int64_t>(header.size()));
+  EXPECT_EQ(dir_->Load(kId)->tokens, (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST_F(SessionDirTest, ReplayedBytesStopAtADamagedRecord) {
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  const int64_t good = dir_->LogSize(kId);
+  ASSERT_TRUE(dir_->Append(kId, 3, std::vector<int32_t>{4}).ok());
+  const int64_t full = dir_->LogSize(kId);
+  ASSERT_EQ(truncate(dir_->LogPath(kId).c_str(), full - 1), 0);
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->log_bytes, full - 1);
+  EXPECT_EQ(s->replayed_bytes, good);
+  // A record whose checksum holds but whose base is impossible replays not.
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  ASSERT_TRUE(dir_->Append(kId, 99, std::vector<int32_t>{4}).ok());
+  s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->replayed_bytes, good);
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3}));
 }
 
 TEST_F(SessionDirTest, AFileInTheWayIsAClearError) {
