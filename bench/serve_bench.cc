@@ -6,8 +6,11 @@
 //       KV bytes per token over the read bandwidth, sampled between runs);
 //   (b) aggregate decode tokens/s with 1, 4, 16 and 64 concurrent sessions;
 //   (c) a 10-turn conversation (each turn: 64 new tokens in, 64 out): time
-//       to first token per turn in one session, against a stateless
-//       baseline that re-sends the whole history to a fresh session;
+//       to first token per turn in one session, and of a stateless client
+//       that re-sends its whole history (earlier prompts and generated
+//       tokens) each turn without a session, as OpenAI-style clients do;
+//       the prefix cache keeps the full blocks of its earlier turns, so it
+//       recomputes only what follows the last full block;
 //   (d) inter-token latency of a decoding session while another session's
 //       4,000-token prompt is prefilled, against the same session idle;
 //       (d') the same on a second server without the engine's prefill
@@ -236,12 +239,12 @@ absl::StatusOr<double> RunAggregate(Env& env, int n, int tokens) {
   return static_cast<double>(n) * tokens / (end - start);
 }
 
-// (c) One conversation turn by turn in a session, and the stateless baseline
+// (c) One conversation turn by turn in a session, and the stateless client
 // (its own random messages, so no prefix is shared with the session),
 // interleaved turn by turn. TTFTs per turn.
 struct Conversation {
   std::vector<double> session_ttft, stateless_ttft;
-  std::vector<int64_t> stateless_cached;
+  std::vector<int64_t> stateless_prompt, stateless_cached;
 };
 absl::StatusOr<Conversation> RunConversation(Env& env, int turns) {
   absl::StatusOr<std::string> session = NewSession(*env.client, {});
@@ -258,6 +261,7 @@ absl::StatusOr<Conversation> RunConversation(Env& env, int turns) {
     absl::StatusOr<Stream> b = Generate(*env.client, "", history, 64);
     if (!b.ok()) return b.status();
     c.stateless_ttft.push_back(b->ttft());
+    c.stateless_prompt.push_back(b->final.usage().prompt_tokens());
     c.stateless_cached.push_back(b->final.usage().cached_prompt_tokens());
     history.insert(history.end(), b->token_ids.begin(), b->token_ids.end());
   }
@@ -462,31 +466,43 @@ int Main(int argc, char** argv) {
       }
       medians.session_ttft.push_back(bench::Quantile(session, 0.5));
       medians.stateless_ttft.push_back(bench::Quantile(stateless, 0.5));
+      medians.stateless_prompt.push_back(runs[0].stateless_prompt[t]);
       medians.stateless_cached.push_back(runs[0].stateless_cached[t]);
     }
   }
   const Conversation* conv = &medians;
+  std::vector<double> stateless_ratios;
   for (size_t t = 0; t < conv->session_ttft.size(); ++t) {
+    const double ratio = conv->stateless_ttft[t] / conv->session_ttft[t];
+    if (t > 0) stateless_ratios.push_back(ratio);
     Print(env,
           bench::JsonLine()
               .Add("kind", "conversation_turn")
               .Add("turn", static_cast<int>(t + 1))
               .Add("session_ttft_seconds", conv->session_ttft[t])
               .Add("stateless_ttft_seconds", conv->stateless_ttft[t])
+              .Add("stateless_prompt_tokens", conv->stateless_prompt[t])
               .Add("stateless_cached_prompt_tokens", conv->stateless_cached[t])
               .Add("session_over_turn1",
                    conv->session_ttft[t] / conv->session_ttft[0])
-              .Add("stateless_over_session",
-                   conv->stateless_ttft[t] / conv->session_ttft[t]),
-          absl::StrFormat("(c) turn %2d: session TTFT %5.2fx turn 1; stateless "
-                          "TTFT %5.2fx the session's (%lld cached)",
-                          t + 1, conv->session_ttft[t] / conv->session_ttft[0],
-                          conv->stateless_ttft[t] / conv->session_ttft[t],
-                          static_cast<long long>(conv->stateless_cached[t])));
+              .Add("stateless_over_session", ratio),
+          absl::StrFormat(
+              "(c) turn %2d: TTFT session %6.1f ms (%5.2fx turn 1), "
+              "stateless %6.1f ms (%4lld prompt tokens, %4lld cached) -> "
+              "stateless / session %5.2f",
+              t + 1, conv->session_ttft[t] * 1e3,
+              conv->session_ttft[t] / conv->session_ttft[0],
+              conv->stateless_ttft[t] * 1e3,
+              static_cast<long long>(conv->stateless_prompt[t]),
+              static_cast<long long>(conv->stateless_cached[t]), ratio));
   }
   const double ttft_ratio = conv->session_ttft.back() / conv->session_ttft[0];
+  // Turn 1 is the same prefill for both clients; from turn 2 on the
+  // stateless one re-sends its history.
+  const double stateless_ratio = bench::Quantile(stateless_ratios, 0.5);
   summary.Add("stateless_over_session_ttft_turn10",
               conv->stateless_ttft.back() / conv->session_ttft.back());
+  summary.Add("stateless_over_session_ttft_turns2_10_median", stateless_ratio);
   summary.Add("ttft_turn10_over_turn1", ttft_ratio);
   summary.Add("stateless_ttft_turn10_over_turn1",
               conv->stateless_ttft.back() / conv->stateless_ttft[0]);
@@ -535,9 +551,11 @@ int Main(int argc, char** argv) {
         "single-session ITL / roofline          %5.2f   (report)\n"
         "aggregate 16 sessions / 1              %5.2f   >= 6     %s\n"
         "TTFT turn 10 / turn 1                  %5.2f   <= 1.3   %s\n"
+        "stateless / session TTFT, turns 2-10   %5.2f   <= 1.3   %s\n"
         "p99 ITL during prefill / p50 idle      %5.2f   <= 3     %s\n",
         single->itl_s / single->roofline_s, agg, agg >= 6 ? "met" : "MISSED",
-        ttft_ratio, ttft_ratio <= 1.3 ? "met" : "MISSED", itl_ratio,
+        ttft_ratio, ttft_ratio <= 1.3 ? "met" : "MISSED", stateless_ratio,
+        stateless_ratio <= 1.3 ? "met" : "MISSED", itl_ratio,
         itl_ratio <= 3 ? "met" : "MISSED");
   }
   return 0;

@@ -30,6 +30,15 @@ Histogram& LatencyHistogram(prometheus::Registry& r, const std::string& name,
       {}, LatencyBuckets());
 }
 
+// Adds to `counter` how much the cumulative `total` grew since the last
+// call (`last` holds it).
+void AddIncrease(prometheus::Counter& counter, std::atomic<int64_t>& last,
+                 int64_t total) {
+  const int64_t previous = last.exchange(total);
+  if (total > previous)
+    counter.Increment(static_cast<double>(total - previous));
+}
+
 }  // namespace
 
 Metrics::Metrics()
@@ -82,13 +91,33 @@ Metrics::Metrics()
                              .Help("Bytes of the KV cache block pool.")
                              .Register(*registry_)
                              .Add({})),
-      kv_blocks_(BuildGauge()
-                     .Name("kvserve_kv_cache_blocks")
-                     .Help("KV cache blocks by state (used, free, shared).")
-                     .Register(*registry_)),
+      kv_blocks_(
+          BuildGauge()
+              .Name("kvserve_kv_cache_blocks")
+              .Help("KV cache blocks by state: used (held by a sequence), "
+                    "cached (held by none, kept for prefix reuse, reclaimed "
+                    "before any session is spilled), free (empty); used + "
+                    "cached + free is the pool. shared: used by more than "
+                    "one sequence (part of used).")
+              .Register(*registry_)),
       kv_blocks_used_(kv_blocks_.Add({{"state", "used"}})),
       kv_blocks_free_(kv_blocks_.Add({{"state", "free"}})),
+      kv_blocks_cached_(kv_blocks_.Add({{"state", "cached"}})),
       kv_blocks_shared_(kv_blocks_.Add({{"state", "shared"}})),
+      prefix_cache_queries_(
+          BuildCounter()
+              .Name("kvserve_prefix_cache_queries_total")
+              .Help("Prompt tokens looked up in the prefix cache (those past "
+                    "what the sequence already held).")
+              .Register(*registry_)
+              .Add({})),
+      prefix_cache_hits_(
+          BuildCounter()
+              .Name("kvserve_prefix_cache_hits_total")
+              .Help("Prompt tokens found in the prefix cache: their KV "
+                    "blocks were adopted, not recomputed.")
+              .Register(*registry_)
+              .Add({})),
       sessions_(
           BuildGauge()
               .Name("kvserve_sessions")
@@ -196,7 +225,11 @@ void Metrics::OnStats(const EngineStats& s) {
   kv_capacity_bytes_.Set(s.kv_capacity_bytes);
   kv_blocks_used_.Set(s.kv_blocks_used);
   kv_blocks_free_.Set(s.kv_blocks_free);
+  kv_blocks_cached_.Set(s.kv_blocks_cached);
   kv_blocks_shared_.Set(s.kv_blocks_shared);
+  AddIncrease(prefix_cache_queries_, last_queried_tokens_,
+              s.prefix_cache_queried_tokens);
+  AddIncrease(prefix_cache_hits_, last_hit_tokens_, s.prefix_cache_hit_tokens);
   sessions_ram_.Set(s.sessions_ram);
   sessions_disk_.Set(s.sessions_disk);
   sessions_tokens_.Set(s.sessions_tokens);

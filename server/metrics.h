@@ -68,7 +68,10 @@ class Metrics : public EngineObserver {
   prometheus::Family<prometheus::Gauge>& kv_blocks_;
   prometheus::Gauge& kv_blocks_used_;
   prometheus::Gauge& kv_blocks_free_;
+  prometheus::Gauge& kv_blocks_cached_;
   prometheus::Gauge& kv_blocks_shared_;
+  prometheus::Counter& prefix_cache_queries_;
+  prometheus::Counter& prefix_cache_hits_;
   prometheus::Family<prometheus::Gauge>& sessions_;
   prometheus::Gauge& sessions_ram_;
   prometheus::Gauge& sessions_disk_;
@@ -80,6 +83,10 @@ class Metrics : public EngineObserver {
   prometheus::Gauge& weight_bytes_;
   prometheus::Family<prometheus::Gauge>& build_info_;
   std::atomic<int64_t> in_flight_{0};
+  // The cumulative EngineStats counts of the last OnStats, whose increase
+  // the prefix cache counters add.
+  std::atomic<int64_t> last_queried_tokens_{0};
+  std::atomic<int64_t> last_hit_tokens_{0};
 };
 
 }  // namespace kvserve

@@ -8,12 +8,19 @@
 
 namespace kvserve {
 
+// A snapshot of the engine's state. KV blocks are used, cached or free
+// (BlockPool): used + cached + free is the pool's block count.
 struct EngineStats {
-  int64_t kv_used_bytes = 0;
-  int64_t kv_capacity_bytes = 0;
-  int64_t kv_blocks_used = 0;
-  int64_t kv_blocks_free = 0;
-  int64_t kv_blocks_shared = 0;
+  int64_t kv_used_bytes = 0;      // of the used blocks
+  int64_t kv_capacity_bytes = 0;  // of all blocks
+  int64_t kv_blocks_used = 0;     // held by sequences (refcount > 0)
+  int64_t kv_blocks_free = 0;     // holding nothing
+  int64_t kv_blocks_cached = 0;   // unheld, kept for prefix reuse; reclaimable
+  int64_t kv_blocks_shared = 0;   // used by more than one sequence
+  // Cumulative since start, in tokens: prompt positions looked up in the
+  // prefix cache, and those whose blocks it had (PrefixCache).
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
   int64_t sessions_ram = 0;     // KV held in the pool
   int64_t sessions_disk = 0;    // KV in a snapshot file; restored on use
   int64_t sessions_tokens = 0;  // tokens only; re-prefilled on next use

@@ -41,8 +41,31 @@ struct BlockPool::Impl {
   std::unique_ptr<char, FreeDeleter> v;
 
   std::vector<int32_t> refcount;   // [num_blocks]
+  std::vector<uint64_t> hash;      // [num_blocks]; 0: none
   std::vector<int32_t> free_list;  // stack; back() is handed out next
+  // Cached blocks, least recently cached first: a circular doubly linked
+  // list through lru_prev / lru_next whose sentinel is index num_blocks.
+  std::vector<int32_t> lru_prev, lru_next;  // [num_blocks + 1]
+  int32_t num_cached = 0;                   // blocks on the list
   int32_t num_shared = 0;
+  EvictionListener on_evict;
+
+  int32_t sentinel() const { return num_blocks; }
+  void PushCached(int32_t block) {
+    const int32_t last = lru_prev[sentinel()];
+    lru_prev[block] = last;
+    lru_next[block] = sentinel();
+    lru_next[last] = block;
+    lru_prev[sentinel()] = block;
+    ++num_cached;
+  }
+  void RemoveCached(int32_t block) {
+    lru_next[lru_prev[block]] = lru_next[block];
+    lru_prev[lru_next[block]] = lru_prev[block];
+    lru_prev[block] = lru_next[block] = -1;
+    --num_cached;
+  }
+  bool IsCached(int32_t block) const { return lru_next[block] >= 0; }
 
   char* Key(int layer, int32_t block) const {
     return k.get() + layer * layer_bytes + block * block_bytes;
@@ -94,6 +117,11 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(
             : "a smaller --kv_dtype"));
   }
   impl->refcount.assign(impl->num_blocks, 0);
+  impl->hash.assign(impl->num_blocks, 0);
+  impl->lru_prev.assign(impl->num_blocks + 1, -1);
+  impl->lru_next.assign(impl->num_blocks + 1, -1);
+  impl->lru_prev[impl->sentinel()] = impl->sentinel();
+  impl->lru_next[impl->sentinel()] = impl->sentinel();
   impl->free_list.reserve(impl->num_blocks);
   // Lowest ids first, so a fresh pool hands out consecutive blocks.
   for (int32_t b = impl->num_blocks - 1; b >= 0; --b) {
@@ -106,21 +134,32 @@ BlockPool::BlockPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BlockPool::~BlockPool() = default;
 
 absl::StatusOr<int32_t> BlockPool::Allocate() {
-  if (impl_->free_list.empty()) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "KV cache full: all %d blocks in use", impl_->num_blocks));
+  Impl& p = *impl_;
+  int32_t block;
+  if (!p.free_list.empty()) {
+    block = p.free_list.back();
+    p.free_list.pop_back();
+  } else if (p.num_cached > 0) {
+    block = p.lru_next[p.sentinel()];
+    p.RemoveCached(block);
+    const uint64_t hash = std::exchange(p.hash[block], 0);
+    if (p.on_evict) p.on_evict(block, hash);
+  } else {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("KV cache full: all %d blocks in use", p.num_blocks));
   }
-  int32_t block = impl_->free_list.back();
-  impl_->free_list.pop_back();
-  KVSERVE_CHECK(impl_->refcount[block] == 0);
-  impl_->refcount[block] = 1;
+  KVSERVE_CHECK(p.refcount[block] == 0 && p.hash[block] == 0);
+  p.refcount[block] = 1;
   return block;
 }
 
 void BlockPool::Ref(int32_t block) {
   KVSERVE_CHECK(block >= 0 && block < impl_->num_blocks);
   int32_t& rc = impl_->refcount[block];
-  KVSERVE_CHECK(rc > 0);
+  if (rc == 0) {
+    KVSERVE_CHECK(impl_->IsCached(block));
+    impl_->RemoveCached(block);
+  }
   if (++rc == 2) ++impl_->num_shared;
 }
 
@@ -129,7 +168,12 @@ void BlockPool::Unref(int32_t block) {
   int32_t& rc = impl_->refcount[block];
   KVSERVE_CHECK(rc > 0);
   if (--rc == 1) --impl_->num_shared;
-  if (rc == 0) impl_->free_list.push_back(block);
+  if (rc > 0) return;
+  if (impl_->hash[block] != 0) {
+    impl_->PushCached(block);
+  } else {
+    impl_->free_list.push_back(block);
+  }
 }
 
 int BlockPool::RefCount(int32_t block) const {
@@ -149,10 +193,38 @@ void BlockPool::CopyBlock(int32_t src, int32_t dst) {
   }
 }
 
+uint64_t BlockPool::BlockHash(int32_t block) const {
+  KVSERVE_CHECK(block >= 0 && block < impl_->num_blocks);
+  return impl_->hash[block];
+}
+
+void BlockPool::SetBlockHash(int32_t block, uint64_t hash) {
+  KVSERVE_CHECK(block >= 0 && block < impl_->num_blocks);
+  if (impl_->refcount[block] == 0) {
+    KVSERVE_CHECK(hash == 0);
+    if (impl_->IsCached(block)) {
+      impl_->RemoveCached(block);
+      impl_->free_list.push_back(block);
+    }
+  }
+  impl_->hash[block] = hash;
+}
+
+void BlockPool::SetEvictionListener(EvictionListener listener) {
+  impl_->on_evict = std::move(listener);
+}
+
 const BlockPoolOptions& BlockPool::options() const { return impl_->options; }
 int32_t BlockPool::num_blocks() const { return impl_->num_blocks; }
+int32_t BlockPool::num_used_blocks() const {
+  return impl_->num_blocks - num_available_blocks();
+}
 int32_t BlockPool::num_free_blocks() const {
   return static_cast<int32_t>(impl_->free_list.size());
+}
+int32_t BlockPool::num_cached_blocks() const { return impl_->num_cached; }
+int32_t BlockPool::num_available_blocks() const {
+  return num_free_blocks() + impl_->num_cached;
 }
 int32_t BlockPool::num_shared_blocks() const { return impl_->num_shared; }
 int64_t BlockPool::bytes_per_block() const {
@@ -166,7 +238,7 @@ int64_t BlockPool::capacity_bytes() const {
   return impl_->num_blocks * bytes_per_block();
 }
 int64_t BlockPool::used_bytes() const {
-  return (impl_->num_blocks - num_free_blocks()) * bytes_per_block();
+  return int64_t{num_used_blocks()} * bytes_per_block();
 }
 
 void* BlockPool::KeyBlock(int layer, int32_t block) {

@@ -10,8 +10,16 @@
 //
 // Blocks are reference-counted; a block with refcount > 1 is shared (by
 // forked sequences or a common prefix) and must be copied before writing
-// (BlockTable does that). Running out of blocks is a RESOURCE_EXHAUSTED
-// status, never a crash.
+// (BlockTable does that). Every block is in exactly one state:
+//   used    refcount > 0: held by one or more BlockTables;
+//   cached  refcount 0 with a block hash (the prefix cache's name for its
+//           contents): it keeps its K/V, Ref revives it, and Allocate reuses
+//           it only when no block is free, least recently cached first;
+//   free    refcount 0, no hash: holds nothing anyone can find.
+// num_used_blocks() + num_cached_blocks() + num_free_blocks() ==
+// num_blocks(). Free and cached blocks are both available to Allocate.
+// Running out of available blocks is a RESOURCE_EXHAUSTED status, never a
+// crash.
 //
 // Thread-safety: not thread-safe; owned by the engine thread. Readers of
 // block data (attention kernels) may run on OpenMP threads while no block is
@@ -20,10 +28,11 @@
 #define KVSERVE_CORE_KV_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "core/model/config.h"
+#include "core/util/dtype.h"
 
 namespace kvserve {
 
@@ -49,23 +58,43 @@ class BlockPool {
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(
       const BlockPoolOptions& options);
 
-  // A free block with refcount 1, or RESOURCE_EXHAUSTED.
+  // A block with refcount 1 and no hash: a free one, else the least
+  // recently cached one (its hash is cleared and the eviction listener told
+  // first). RESOURCE_EXHAUSTED when every block is used.
   absl::StatusOr<int32_t> Allocate();
+  // REQUIRES: the block is used or cached; a cached block is revived (leaves
+  // the eviction order).
   void Ref(int32_t block);
-  // Returns the block to the free list when its refcount reaches 0.
+  // When the refcount reaches 0 the block becomes cached if it has a hash
+  // (the most recently cached), free otherwise.
   void Unref(int32_t block);
   int RefCount(int32_t block) const;
   // Copies K and V of all layers from `src` to `dst`.
   void CopyBlock(int32_t src, int32_t dst);
 
+  // The prefix cache's name for a block's contents; 0 for none. Only the
+  // PrefixCache sets it. REQUIRES for a nonzero hash: the block is used.
+  // Clearing a cached block's hash frees it.
+  uint64_t BlockHash(int32_t block) const;
+  void SetBlockHash(int32_t block, uint64_t hash);
+  // Called by Allocate with a cached block it takes and the hash it had
+  // (already cleared); must not call back into the pool. One listener (the
+  // PrefixCache's); an empty function removes it.
+  using EvictionListener = std::function<void(int32_t block, uint64_t hash)>;
+  void SetEvictionListener(EvictionListener listener);
+
   const BlockPoolOptions& options() const;
   int32_t num_blocks() const;
-  int32_t num_free_blocks() const;
+  int32_t num_used_blocks() const;    // refcount > 0
+  int32_t num_free_blocks() const;    // refcount 0, no hash
+  int32_t num_cached_blocks() const;  // refcount 0, hashed
+  // What Allocate can hand out: free + cached. Capacity checks use this.
+  int32_t num_available_blocks() const;
   int32_t num_shared_blocks() const;  // refcount > 1
   int64_t bytes_per_block() const;    // K+V, all layers
   int64_t bytes_per_token() const;    // 2*n_layers*n_kv_heads*head_dim*size
   int64_t capacity_bytes() const;     // num_blocks * bytes_per_block
-  int64_t used_bytes() const;         // blocks in use * bytes_per_block
+  int64_t used_bytes() const;         // num_used_blocks * bytes_per_block
 
   // Start of [kv_head][token_in_block][head_dim] for one layer and block;
   // elements are float or uint16_t (bf16 bits) as options().dtype says.

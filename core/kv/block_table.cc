@@ -60,10 +60,11 @@ absl::Status BlockTable::Extend(int64_t new_num_tokens) {
   const int64_t new_blocks =
       (new_num_tokens + bt - 1) / bt - static_cast<int64_t>(blocks_.size());
   const int64_t needed = new_blocks + (copy_last ? 1 : 0);
-  if (needed > pool_->num_free_blocks()) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("KV cache full: %d more blocks needed, %d free", needed,
-                        pool_->num_free_blocks()));
+  // Cached blocks count: Allocate reuses them once no block is free.
+  if (needed > pool_->num_available_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "KV cache full: %d more blocks needed, %d free or cached", needed,
+        pool_->num_available_blocks()));
   }
   if (copy_last) {
     absl::StatusOr<int32_t> copy = pool_->Allocate();
@@ -128,7 +129,9 @@ BlockTable BlockTable::Fork() const {
 
 void BlockTable::Clear() {
   if (pool_ != nullptr) {
-    for (int32_t block : blocks_) pool_->Unref(block);
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+      pool_->Unref(*it);
+    }
   }
   blocks_.clear();
   num_tokens_ = 0;

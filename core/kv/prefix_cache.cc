@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/hash/hash.h"
+#include "core/util/check.h"
 
 namespace kvserve {
 namespace {
@@ -34,12 +35,25 @@ CachedKv CachedKv::Fork() const {
   return fork;
 }
 
-PrefixCache::PrefixCache(BlockPool* pool)
-    : pool_(pool), hash_of_block_(pool->num_blocks(), 0) {}
+PrefixCache::PrefixCache(BlockPool* pool) : pool_(pool) {
+  pool_->SetEvictionListener([this](int32_t block, uint64_t hash) {
+    auto it = by_hash_.find(hash);
+    KVSERVE_CHECK(it != by_hash_.end() && it->second == block);
+    by_hash_.erase(it);
+  });
+}
 
-int64_t PrefixCache::Match(absl::Span<const int32_t> tokens, CachedKv& kv) {
+PrefixCache::~PrefixCache() {
+  pool_->SetEvictionListener(nullptr);
+  for (const auto& [hash, block] : by_hash_) pool_->SetBlockHash(block, 0);
+}
+
+int64_t PrefixCache::Match(absl::Span<const int32_t> tokens, CachedKv& kv,
+                           bool new_lookup) {
   const int64_t bt = pool_->options().block_tokens;
   const int64_t start = kv.table.num_tokens();
+  const int64_t asked = static_cast<int64_t>(tokens.size()) - start;
+  if (new_lookup && asked > 0) queried_tokens_ += asked;
   if (start % bt != 0 || static_cast<int64_t>(kv.hashes.size()) != start / bt) {
     return 0;
   }
@@ -48,14 +62,13 @@ int64_t PrefixCache::Match(absl::Span<const int32_t> tokens, CachedKv& kv) {
     const uint64_t parent = kv.hashes.empty() ? 0 : kv.hashes.back();
     const uint64_t h = ChainHash(parent, tokens.subspan(pos, bt));
     auto it = by_hash_.find(h);
-    if (it == by_hash_.end() || pool_->RefCount(it->second) == 0 ||
-        hash_of_block_[it->second] != h) {
-      break;
-    }
+    if (it == by_hash_.end()) break;
+    KVSERVE_CHECK(pool_->BlockHash(it->second) == h);
     kv.table.AppendSharedBlock(it->second);
     kv.hashes.push_back(h);
     pos += bt;
   }
+  hit_tokens_ += pos - start;
   return pos - start;
 }
 
@@ -78,24 +91,20 @@ void PrefixCache::Register(absl::Span<const int32_t> tokens, CachedKv& kv) {
     const uint64_t h = ChainHash(parent, tokens.subspan(i * bt, bt));
     kv.hashes.push_back(h);
     const int32_t block = blocks[i];
-    if (hash_of_block_[block] == h) continue;
-    auto [it, inserted] = by_hash_.try_emplace(h, block);
-    if (!inserted) {
-      const int32_t other = it->second;
-      if (pool_->RefCount(other) > 0 && hash_of_block_[other] == h) continue;
-      it->second = block;  // the old entry's block is gone or reused
-    }
+    if (pool_->BlockHash(block) == h) continue;
     Forget(block);
-    hash_of_block_[block] = h;
+    // Another block already holding these tokens keeps the name.
+    if (by_hash_.try_emplace(h, block).second) pool_->SetBlockHash(block, h);
   }
 }
 
 void PrefixCache::Forget(int32_t block) {
-  const uint64_t h = hash_of_block_[block];
+  const uint64_t h = pool_->BlockHash(block);
   if (h == 0) return;
   auto it = by_hash_.find(h);
-  if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
-  hash_of_block_[block] = 0;
+  KVSERVE_CHECK(it != by_hash_.end() && it->second == block);
+  by_hash_.erase(it);
+  pool_->SetBlockHash(block, 0);
 }
 
 }  // namespace kvserve

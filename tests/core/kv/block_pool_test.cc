@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -97,6 +98,123 @@ TEST(BlockPoolTest, RefCountsAndSharedCount) {
   p.Unref(*b);
   EXPECT_EQ(p.RefCount(*b), 0);
   EXPECT_EQ(p.num_free_blocks(), 5);
+}
+
+// used + cached + free is every block, and used_bytes follows used.
+void ExpectStatesSum(const BlockPool& p) {
+  EXPECT_EQ(p.num_used_blocks() + p.num_cached_blocks() + p.num_free_blocks(),
+            p.num_blocks());
+  EXPECT_EQ(p.num_available_blocks(),
+            p.num_cached_blocks() + p.num_free_blocks());
+  EXPECT_EQ(p.used_bytes(), p.num_used_blocks() * p.bytes_per_block());
+  int used = 0;
+  for (int32_t b = 0; b < p.num_blocks(); ++b) used += p.RefCount(b) > 0;
+  EXPECT_EQ(p.num_used_blocks(), used);
+}
+
+TEST(BlockPoolTest, HashedBlockReleasedByItsLastHolderIsCachedNotFree) {
+  auto pool = BlockPool::Create(SmallOptions());
+  ASSERT_TRUE(pool.ok());
+  BlockPool& p = **pool;
+  const int32_t hashed = *p.Allocate();
+  const int32_t plain = *p.Allocate();
+  p.SetBlockHash(hashed, 42);
+  p.Ref(hashed);
+  p.Unref(hashed);
+  EXPECT_EQ(p.num_cached_blocks(), 0);  // still held
+  p.Unref(hashed);
+  p.Unref(plain);
+  EXPECT_EQ(p.RefCount(hashed), 0);
+  EXPECT_EQ(p.BlockHash(hashed), 42u);
+  EXPECT_EQ(p.num_cached_blocks(), 1);
+  EXPECT_EQ(p.num_free_blocks(), 4);
+  EXPECT_EQ(p.num_used_blocks(), 0);
+  EXPECT_EQ(p.used_bytes(), 0);
+  ExpectStatesSum(p);
+  // Revived: used again, out of the eviction order, contents and hash kept.
+  p.Ref(hashed);
+  EXPECT_EQ(p.RefCount(hashed), 1);
+  EXPECT_EQ(p.num_cached_blocks(), 0);
+  EXPECT_EQ(p.num_used_blocks(), 1);
+  EXPECT_EQ(p.BlockHash(hashed), 42u);
+  ExpectStatesSum(p);
+  // Clearing a cached block's hash frees it.
+  p.Unref(hashed);
+  ASSERT_EQ(p.num_cached_blocks(), 1);
+  p.SetBlockHash(hashed, 0);
+  EXPECT_EQ(p.num_cached_blocks(), 0);
+  EXPECT_EQ(p.num_free_blocks(), 5);
+  ExpectStatesSum(p);
+}
+
+TEST(BlockPoolTest, AllocateTakesFreeBlocksFirstThenTheOldestCached) {
+  auto pool = BlockPool::Create(SmallOptions());
+  ASSERT_TRUE(pool.ok());
+  BlockPool& p = **pool;
+  std::vector<std::pair<int32_t, uint64_t>> evicted;
+  p.SetEvictionListener([&](int32_t block, uint64_t hash) {
+    EXPECT_EQ(p.BlockHash(block), 0u);  // cleared before the listener runs
+    evicted.push_back({block, hash});
+  });
+  std::vector<int32_t> b;
+  for (int i = 0; i < 5; ++i) b.push_back(*p.Allocate());
+  // Cached in the order b[3], b[0], b[2]; b[1] and b[4] are plain.
+  for (int i : {0, 2, 3}) p.SetBlockHash(b[i], 100 + i);
+  for (int i : {3, 1, 0, 4, 2}) p.Unref(b[i]);
+  EXPECT_EQ(p.num_cached_blocks(), 3);
+  EXPECT_EQ(p.num_free_blocks(), 2);
+  ExpectStatesSum(p);
+
+  std::vector<int32_t> got;
+  for (int i = 0; i < 2; ++i) got.push_back(*p.Allocate());
+  EXPECT_TRUE(evicted.empty()) << "a cached block went while one was free";
+  EXPECT_EQ(p.num_cached_blocks(), 3);
+  for (int i : {3, 0, 2}) {
+    absl::StatusOr<int32_t> next = p.Allocate();
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(*next, b[i]);
+    ASSERT_FALSE(evicted.empty());
+    EXPECT_EQ(evicted.back(), std::make_pair(b[i], uint64_t{100} + i));
+    EXPECT_EQ(p.RefCount(*next), 1);
+    EXPECT_EQ(p.BlockHash(*next), 0u);
+    ExpectStatesSum(p);
+  }
+  EXPECT_EQ(evicted.size(), 3u);
+  EXPECT_EQ(p.Allocate().status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(p.num_used_blocks(), 5);
+}
+
+TEST(BlockPoolTest, RevivedBlockLeavesTheEvictionOrder) {
+  auto pool = BlockPool::Create(SmallOptions());
+  ASSERT_TRUE(pool.ok());
+  BlockPool& p = **pool;
+  std::vector<int32_t> b;
+  for (int i = 0; i < 5; ++i) b.push_back(*p.Allocate());
+  for (int i = 0; i < 5; ++i) p.SetBlockHash(b[i], 7 + i);
+  for (int i = 0; i < 5; ++i) p.Unref(b[i]);  // b[0] is the oldest
+  ASSERT_EQ(p.num_cached_blocks(), 5);
+  p.Ref(b[0]);
+  p.Ref(b[2]);
+  EXPECT_EQ(p.num_cached_blocks(), 3);
+  EXPECT_EQ(*p.Allocate(), b[1]);
+  // Released again, b[0] is now the most recently cached.
+  p.Unref(b[0]);
+  EXPECT_EQ(*p.Allocate(), b[3]);
+  EXPECT_EQ(*p.Allocate(), b[4]);
+  EXPECT_EQ(*p.Allocate(), b[0]);
+  EXPECT_EQ(p.RefCount(b[2]), 1);
+  EXPECT_EQ(p.BlockHash(b[2]), 9u);
+  ExpectStatesSum(p);
+}
+
+TEST(BlockPoolTest, OnlyUsedOrCachedBlocksCanBeReferenced) {
+  auto pool = BlockPool::Create(SmallOptions());
+  ASSERT_TRUE(pool.ok());
+  BlockPool& p = **pool;
+  const int32_t b = *p.Allocate();
+  p.Unref(b);  // free: it holds nothing to share
+  EXPECT_DEATH(p.Ref(b), "check failed");
+  EXPECT_DEATH(p.SetBlockHash(b, 1), "check failed");
 }
 
 TEST(BlockPoolTest, LayoutAndCopyBlock) {

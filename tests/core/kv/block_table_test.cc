@@ -190,6 +190,71 @@ TEST(BlockTableTest, TruncateForkClearReturnEveryBlock) {
   EXPECT_EQ(pool->used_bytes(), 0);
 }
 
+// Gives each of t's blocks a hash (as the prefix cache names full blocks).
+void HashBlocks(BlockTable& t, uint64_t first) {
+  for (int32_t b : t.blocks()) t.pool()->SetBlockHash(b, first++);
+}
+
+TEST(BlockTableTest, ExtendCountsCachedBlocksAsAvailable) {
+  auto pool = MakePool(4);
+  std::vector<int32_t> evicted;
+  pool->SetEvictionListener(
+      [&](int32_t block, uint64_t) { evicted.push_back(block); });
+  BlockTable live(pool.get());
+  ASSERT_TRUE(live.Extend(kBlockTokens).ok());
+  {
+    BlockTable gone(pool.get());
+    ASSERT_TRUE(gone.Extend(3 * kBlockTokens).ok());
+    HashBlocks(gone, 1);
+  }
+  ASSERT_EQ(pool->num_free_blocks(), 0);
+  ASSERT_EQ(pool->num_cached_blocks(), 3);
+  // More than free + cached: refused, and no cached block is given up.
+  BlockTable t(pool.get());
+  EXPECT_EQ(t.Extend(4 * kBlockTokens).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool->num_cached_blocks(), 3);
+  EXPECT_TRUE(evicted.empty());
+  // Within free + cached: granted from the cached blocks.
+  ASSERT_TRUE(t.Extend(3 * kBlockTokens).ok());
+  EXPECT_EQ(pool->num_cached_blocks(), 0);
+  EXPECT_EQ(evicted.size(), 3u);
+  EXPECT_EQ(pool->num_used_blocks(), 4);
+  WritePositions(t, 2, 0, t.num_tokens());
+  ExpectPositions(t, 2, 0, t.num_tokens());
+  EXPECT_EQ(live.num_tokens(), kBlockTokens);
+}
+
+TEST(BlockTableTest, CopyOnWriteMayUseACachedBlock) {
+  auto pool = MakePool(3);
+  BlockTable a(pool.get());
+  ASSERT_TRUE(a.Extend(2).ok());
+  WritePositions(a, 1, 0, 2);
+  BlockTable b = a.Fork();
+  {
+    BlockTable gone(pool.get());
+    ASSERT_TRUE(gone.Extend(2 * kBlockTokens).ok());
+    HashBlocks(gone, 1);
+  }
+  ASSERT_EQ(pool->num_free_blocks(), 0);
+  ASSERT_TRUE(b.Extend(3).ok());
+  EXPECT_NE(b.blocks()[0], a.blocks()[0]);
+  EXPECT_EQ(pool->num_cached_blocks(), 1);
+  ExpectPositions(b, 1, 0, 2);
+}
+
+TEST(BlockTableTest, ReleasedBlocksAreCachedLastPositionFirst) {
+  auto pool = MakePool(3);
+  BlockTable a(pool.get());
+  ASSERT_TRUE(a.Extend(3 * kBlockTokens).ok());
+  HashBlocks(a, 1);
+  const std::vector<int32_t> blocks(a.blocks().begin(), a.blocks().end());
+  a.Clear();
+  ASSERT_EQ(pool->num_cached_blocks(), 3);
+  // The pool reuses the tail of the released prefix first, its head last.
+  for (int i = 2; i >= 0; --i) EXPECT_EQ(*pool->Allocate(), blocks[i]) << i;
+}
+
 TEST(BlockTableTest, AdoptTakesOwnership) {
   auto pool = MakePool(4);
   std::vector<int32_t> blocks;

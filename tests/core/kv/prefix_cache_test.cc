@@ -11,13 +11,17 @@ constexpr int kBlock = 4;
 
 class PrefixCacheTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { MakeCache(32); }
+
+  void MakeCache(int num_blocks) {
+    cache_.reset();
     pool_ = *BlockPool::Create({.n_layers = 1,
                                 .n_kv_heads = 1,
                                 .head_dim = 2,
                                 .block_tokens = kBlock,
                                 .dtype = DType::kF32,
-                                .capacity_bytes = 32 * kBlock * 2 * 2 * 4});
+                                .capacity_bytes = num_blocks * kBlock * 2 * 2 *
+                                                  int64_t{sizeof(float)}});
     cache_ = std::make_unique<PrefixCache>(pool_.get());
   }
 
@@ -31,6 +35,21 @@ class PrefixCacheTest : public ::testing::Test {
       kv.table.WriteKv(0, p, k, k);
     }
     cache_->Register(tokens, kv);
+  }
+
+  // Every block is used, cached or free; the cache names exactly the
+  // hashed blocks, and a cached block is always one of them.
+  void ExpectConsistent() {
+    EXPECT_EQ(pool_->num_used_blocks() + pool_->num_cached_blocks() +
+                  pool_->num_free_blocks(),
+              pool_->num_blocks());
+    int hashed = 0, unheld_hashed = 0;
+    for (int32_t b = 0; b < pool_->num_blocks(); ++b) {
+      hashed += pool_->BlockHash(b) != 0;
+      unheld_hashed += pool_->BlockHash(b) != 0 && pool_->RefCount(b) == 0;
+    }
+    EXPECT_EQ(cache_->size(), hashed);
+    EXPECT_EQ(pool_->num_cached_blocks(), unheld_hashed);
   }
 
   float KeyAt(const CachedKv& kv, int64_t pos) {
@@ -77,20 +96,174 @@ TEST_F(PrefixCacheTest, MatchesWholePrefixesOnly) {
   EXPECT_EQ(cache_->Match(diverge, c), 4);
 }
 
-TEST_F(PrefixCacheTest, FreedBlocksAreNotFound) {
+TEST_F(PrefixCacheTest, BlocksReleasedByTheirLastHolderAreFoundAgain) {
+  const std::vector<int32_t> tokens = Range(10);
+  std::vector<int32_t> blocks;
+  {
+    CachedKv a(pool_.get());
+    Compute(tokens, a);
+    blocks.assign(a.table.blocks().begin(), a.table.blocks().begin() + 2);
+  }
+  EXPECT_EQ(pool_->num_used_blocks(), 0);
+  EXPECT_EQ(pool_->num_cached_blocks(), 2);  // the partial block is free
+  ExpectConsistent();
+  CachedKv b(pool_.get());
+  EXPECT_EQ(cache_->Match(tokens, b), 8);
+  EXPECT_EQ(
+      std::vector<int32_t>(b.table.blocks().begin(), b.table.blocks().end()),
+      blocks);
+  // Revived: used by b alone, no longer cached.
+  EXPECT_EQ(pool_->num_cached_blocks(), 0);
+  EXPECT_EQ(pool_->RefCount(blocks[0]), 1);
+  EXPECT_EQ(pool_->RefCount(blocks[1]), 1);
+  ExpectConsistent();
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(KeyAt(b, p), tokens[p]);
+  Compute(tokens, b);
+  for (int p = 0; p < 10; ++p) EXPECT_EQ(KeyAt(b, p), tokens[p]);
+}
+
+TEST_F(PrefixCacheTest, EvictedBlocksAreNoLongerMatched) {
+  MakeCache(3);
   const std::vector<int32_t> tokens = Range(8);
   {
     CachedKv a(pool_.get());
     Compute(tokens, a);
   }
-  CachedKv b(pool_.get());
-  EXPECT_EQ(cache_->Match(tokens, b), 0);
-  // Reuse of the freed blocks for other tokens never resurrects them.
+  ASSERT_EQ(pool_->num_cached_blocks(), 2);
+  // Three blocks of other tokens: the free block first, then both cached.
   CachedKv c(pool_.get());
-  Compute(Range(8, 500), c);
+  Compute(Range(12, 500), c);
+  EXPECT_EQ(pool_->num_cached_blocks(), 0);
+  EXPECT_EQ(cache_->size(), 3);
+  ExpectConsistent();
   CachedKv d(pool_.get());
   EXPECT_EQ(cache_->Match(tokens, d), 0);
-  EXPECT_EQ(cache_->Match(Range(8, 500), d), 8);
+  c.Clear();
+  EXPECT_EQ(cache_->Match(Range(12, 500), d), 12);
+  for (int p = 0; p < 12; ++p) EXPECT_EQ(KeyAt(d, p), 500 + p);
+}
+
+TEST_F(PrefixCacheTest, LeastRecentlyUsedPrefixIsEvictedFirstTailFirst) {
+  MakeCache(6);
+  const std::vector<int32_t> old_tokens = Range(8, 100);
+  const std::vector<int32_t> new_tokens = Range(8, 200);
+  {
+    CachedKv a(pool_.get());
+    Compute(old_tokens, a);
+  }
+  {
+    CachedKv b(pool_.get());
+    Compute(new_tokens, b);
+  }
+  ASSERT_EQ(pool_->num_cached_blocks(), 4);
+  ASSERT_EQ(pool_->num_free_blocks(), 2);
+  // Two blocks come from the free list: nothing cached is given up.
+  CachedKv c(pool_.get());
+  ASSERT_TRUE(cache_->Extend(c, 2 * kBlock).ok());
+  EXPECT_EQ(pool_->num_cached_blocks(), 4);
+  {
+    CachedKv probe(pool_.get());
+    EXPECT_EQ(cache_->Match(old_tokens, probe), 8);
+  }
+  // Re-released by the probe, old_tokens' blocks are now the most recent.
+  // One more block: new_tokens' last block goes, its head stays.
+  ASSERT_TRUE(cache_->Extend(c, 3 * kBlock).ok());
+  ExpectConsistent();
+  CachedKv d(pool_.get()), e(pool_.get());
+  EXPECT_EQ(cache_->Match(new_tokens, d), 4);
+  EXPECT_EQ(cache_->Match(old_tokens, e), 8);
+}
+
+TEST_F(PrefixCacheTest, ChainHashesStayRightAfterEvictionAndReuse) {
+  MakeCache(4);
+  const std::vector<int32_t> tokens = Range(8);
+  {
+    CachedKv a(pool_.get());
+    Compute(tokens, a);
+  }
+  // Fill the pool: two free blocks, then tokens' second block (released
+  // first) is reused for other tokens.
+  CachedKv other(pool_.get());
+  Compute(Range(12, 500), other);
+  ASSERT_EQ(pool_->num_cached_blocks(), 1);
+  CachedKv b(pool_.get());
+  EXPECT_EQ(cache_->Match(tokens, b), 4);  // the head only
+  // Recomputing the second block registers it again under its chain hash.
+  other.Clear();
+  Compute(tokens, b);
+  ExpectConsistent();
+  b.Clear();
+  CachedKv c(pool_.get());
+  EXPECT_EQ(cache_->Match(tokens, c), 8);
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(KeyAt(c, p), tokens[p]);
+  // other's blocks were cached tail first: its tail gave the block.
+  CachedKv d(pool_.get());
+  EXPECT_EQ(cache_->Match(Range(12, 500), d), 8);
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(KeyAt(d, p), 500 + p);
+  // other's second block's tokens after tokens' head: another chain.
+  std::vector<int32_t> mixed = tokens;
+  for (int p = 4; p < 8; ++p) mixed[p] = 504 + p - 4;
+  CachedKv m(pool_.get());
+  EXPECT_EQ(cache_->Match(mixed, m), 4);
+}
+
+TEST_F(PrefixCacheTest, ADuplicateBlockStaysUnregistered) {
+  const std::vector<int32_t> tokens = Range(8);
+  CachedKv a(pool_.get()), b(pool_.get());
+  Compute(tokens, a);
+  Compute(tokens, b);  // computed without matching: same tokens, own blocks
+  EXPECT_EQ(cache_->size(), 2);
+  ExpectConsistent();
+  a.Clear();
+  b.Clear();
+  EXPECT_EQ(pool_->num_cached_blocks(), 2);
+  EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks() - 2);
+  CachedKv c(pool_.get());
+  EXPECT_EQ(cache_->Match(tokens, c), 8);
+}
+
+TEST_F(PrefixCacheTest, CountsQueriedAndHitTokens) {
+  const std::vector<int32_t> tokens = Range(10);
+  {
+    CachedKv a(pool_.get());
+    EXPECT_EQ(cache_->Match(tokens, a), 0);
+    EXPECT_EQ(cache_->queried_tokens(), 10);
+    EXPECT_EQ(cache_->hit_tokens(), 0);
+    Compute(tokens, a);
+    // Asked about nothing past what a holds.
+    EXPECT_EQ(cache_->Match(tokens, a), 0);
+    EXPECT_EQ(cache_->queried_tokens(), 10);
+  }
+  CachedKv b(pool_.get());
+  EXPECT_EQ(cache_->Match(tokens, b), 8);
+  EXPECT_EQ(cache_->queried_tokens(), 20);
+  EXPECT_EQ(cache_->hit_tokens(), 8);
+  // A longer prompt from where b stands: 6 more asked, none found.
+  EXPECT_EQ(cache_->Match(Range(14), b), 0);
+  EXPECT_EQ(cache_->queried_tokens(), 26);
+  EXPECT_EQ(cache_->hit_tokens(), 8);
+  // A retry of the same prompt adopts (and counts hits) without counting
+  // its tokens as queried again.
+  CachedKv c(pool_.get());
+  EXPECT_EQ(cache_->Match(tokens, c, /*new_lookup=*/false), 8);
+  EXPECT_EQ(cache_->queried_tokens(), 26);
+  EXPECT_EQ(cache_->hit_tokens(), 16);
+}
+
+TEST_F(PrefixCacheTest, DestroyingTheCacheFreesCachedBlocks) {
+  {
+    CachedKv a(pool_.get());
+    Compute(Range(8), a);
+  }
+  CachedKv held(pool_.get());
+  Compute(Range(8, 300), held);
+  ASSERT_EQ(pool_->num_cached_blocks(), 2);
+  cache_.reset();
+  EXPECT_EQ(pool_->num_cached_blocks(), 0);
+  EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks() - 2);
+  EXPECT_EQ(pool_->BlockHash(held.table.blocks()[0]), 0u);
+  held.Clear();
+  EXPECT_EQ(pool_->num_free_blocks(), pool_->num_blocks());
 }
 
 TEST_F(PrefixCacheTest, RewrittenBlocksAreForgotten) {
