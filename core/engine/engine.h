@@ -3,34 +3,38 @@
 //
 // RPC threads call the public methods, which only enqueue (bounded) and
 // return; results come back through callbacks and TokenSinks on the engine
-// thread. Each step the engine runs queued commands, admits waiting
-// requests, builds one batch (a decode token from every running sequence
-// plus prefill chunks up to max_batch_tokens), runs one forward pass,
-// samples and streams.
+// thread. Each turn of the loop runs queued commands, hands new requests to
+// the Scheduler, which admits and plans a step; the engine runs the step's
+// forward pass, samples and streams, and the scheduler retires the step.
+// Session files are written by SessionTiers' writer thread; replies that
+// depend on a write wait for it, the engine thread never does.
 //
 // Thread-safety: public methods are thread-safe. Callbacks run on the engine
 // thread and must not block.
 #ifndef KVSERVE_CORE_ENGINE_ENGINE_H_
 #define KVSERVE_CORE_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/engine/engine_observer.h"
 #include "core/engine/requests.h"
+#include "core/engine/scheduler.h"
+#include "core/engine/sequence.h"
 #include "core/kv/block_pool.h"
 #include "core/kv/prefix_cache.h"
 #include "core/model/model.h"
-#include "core/session/kv_snapshot.h"
-#include "core/session/session_dir.h"
 #include "core/session/session_store.h"
+#include "core/session/session_tiers.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace kvserve {
@@ -102,13 +106,15 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
  private:
-  struct Sequence;
   Engine(const EngineOptions& options, const ModelWeights* weights,
          const Tokenizer* tokenizer, EngineObserver* observer);
 
   // Runs `command` with OK on the engine thread, or at once with
   // UNAVAILABLE when the engine no longer accepts work.
   void Post(absl::AnyInvocable<void(absl::Status) &&> command);
+  // Runs `task` on the engine thread: now when called there, else queued
+  // (also while draining: it finishes work already accepted).
+  void RunOnEngineThread(absl::AnyInvocable<void() &&> task);
   // Runs `body` on the engine thread and hands its result to `done`.
   template <typename T, typename Body>
   void Reply(Callback<T> done, Body body) {
@@ -119,42 +125,26 @@ class Engine {
     });
   }
 
+  // A tiers' Done that runs `then` on the engine thread.
+  SessionTiers::Done OnEngineThread(
+      absl::AnyInvocable<void(absl::Status) &&> then);
+
   void Loop();
-  void Admit(std::shared_ptr<GenerateCall> call, absl::Time submitted);
-  void StartWaiting();
+  // Resolves the call's session and appends the turn's input to its
+  // history, then queues it with the scheduler (or finishes it with the
+  // reason it cannot run).
+  void Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted);
+  // One step: plan, forward, sample and emit, retire.
   void Step();
-  // Adopts cached blocks holding the sequence's next tokens; returns how
-  // many positions it adopted.
-  int64_t MatchPrefix(Sequence& seq);
-  // Prefill tokens a step may carry beside `decode_tokens` decode tokens.
-  int64_t PrefillBudget(int64_t decode_tokens) const;
-  // Updates the step-cost averages PrefillBudget uses.
-  void LearnStepCost(int64_t decode_tokens, int64_t tokens, double seconds);
-  // As FindSession; FAILED_PRECONDITION while a request runs on it.
-  absl::StatusOr<Session*> FindIdleSession(std::string_view id,
-                                           std::string_view owner);
-  // A session in memory, or loaded from the session directory.
-  absl::StatusOr<Session*> FindSession(std::string_view id,
-                                       std::string_view owner);
-  static std::string_view TierOf(const Session& s);
-  // Re-reads a session's log that another process appended to.
-  void Reload(Session& s);
-  void Warn(std::string_view message);
-  // Session files (no-ops without a session directory).
-  absl::Status StartLog(Session& s);
-  void SyncLog(Session& s);
-  absl::Status TruncateLog(Session& s);
-  void RemoveFiles(std::string_view id);
-  void WriteSnapshot(Session& s);
-  // Frees an idle session's blocks, snapshotting them first when durable.
-  void Spill(Session& s);
-  // Brings a spilled session's KV back from its snapshot, if it matches.
-  void RestoreSnapshot(Sequence& seq);
-  absl::Status ReserveKv(Sequence& seq, int64_t end);
-  void EmitToken(Sequence& seq, int32_t token, absl::Span<const float> logits);
-  void Finish(Sequence& seq, absl::StatusOr<FinishReason> reason);
+  // Appends a sampled token to the history and streams it; returns how the
+  // sequence ends, if this token ends it.
+  std::optional<FinishReason> EmitToken(Sequence& seq, int32_t token,
+                                        absl::Span<const float> logits);
+  // Logs the turn, then (once it is on disk) tells the sink.
+  void Finish(std::unique_ptr<Sequence> seq);
   void ReportStats();
   SessionInfo Describe(const Session& s, bool include_tokens) const;
+  void Warn(std::string_view message);
 
   const EngineOptions options_;
   const ModelWeights* const weights_;
@@ -162,28 +152,29 @@ class Engine {
   EngineObserver* const observer_;
   int max_context_ = 0;
 
-  // Owned by the engine thread.
+  // Owned by the engine thread (declared in destruction order: the tiers
+  // finish their writes before the store and the pool go).
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<SessionStore> sessions_;
   std::unique_ptr<PrefixCache> prefix_cache_;
-  std::unique_ptr<SessionDir> session_dir_;  // null without --session_dir
-  KvSnapshotKey snapshot_key_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::deque<std::unique_ptr<Sequence>> running_;  // admission order
+  std::unique_ptr<SessionTiers> tiers_;
+  std::unique_ptr<Scheduler> scheduler_;
   absl::Time next_expiry_check_;
   absl::Time next_stats_;
-  static constexpr int64_t kProbePrefillChunk = 8;
-  double decode_step_seconds_ = 0;    // moving average, decode-only steps
-  double prefill_token_seconds_ = 0;  // moving average, per prefill token
 
   absl::Mutex mu_;
   std::deque<absl::AnyInvocable<void() &&>> commands_ ABSL_GUARDED_BY(mu_);
-  int queued_requests_ ABSL_GUARDED_BY(mu_) = 0;  // Submit()s not yet run
+  // Submit()s the engine thread has not taken yet.
+  std::deque<std::pair<std::shared_ptr<GenerateCall>, absl::Time>> submitted_
+      ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool has_work_ ABSL_GUARDED_BY(mu_) = false;  // sequences to step
+  // The scheduler's num_queued() as of the engine thread's last look; with
+  // submitted_ it is what --max_queued_requests limits.
+  std::atomic<int64_t> scheduler_queued_{0};
 
+  std::atomic<std::thread::id> engine_thread_;  // set first thing in Loop()
   std::thread thread_;
 };
 

@@ -36,11 +36,7 @@ struct Session {
   absl::Time last_used;
   bool busy = false;       // a Generate or Append is running on it
   bool ephemeral = false;  // deleted when its only request ends
-  // With a session directory: the history is logged there.
-  bool durable = false;
-  int64_t logged_tokens = 0;  // tokens[0, logged_tokens) are in the log
-  int64_t log_bytes = 0;      // the log's size after this process's writes
-  bool has_snapshot = false;  // a KV snapshot file may hold a prefix
+  // Where its history and KV are kept on disk is SessionTiers' business.
 };
 
 struct SessionPage {

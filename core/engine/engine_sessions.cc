@@ -1,0 +1,201 @@
+// The engine's session commands: each runs on the engine thread, and those
+// that write the session's log reply once the write is on disk.
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/engine/engine.h"
+
+namespace kvserve {
+namespace {
+
+// Calls back with the session once an initial prefill finishes.
+class CreateSessionSink : public TokenSink {
+ public:
+  explicit CreateSessionSink(
+      absl::AnyInvocable<void(absl::StatusOr<GenerateResult>) &&> done)
+      : done_(std::move(done)) {}
+  void OnToken(GeneratedToken) override {}
+  void OnFinish(absl::StatusOr<GenerateResult> result) override {
+    std::move(done_)(std::move(result));
+    delete this;
+  }
+
+ private:
+  absl::AnyInvocable<void(absl::StatusOr<GenerateResult>) &&> done_;
+};
+
+}  // namespace
+
+SessionTiers::Done Engine::OnEngineThread(
+    absl::AnyInvocable<void(absl::Status) &&> then) {
+  return [this, then = std::move(then)](absl::Status status) mutable {
+    RunOnEngineThread([then = std::move(then), status]() mutable {
+      std::move(then)(status);
+    });
+  };
+}
+
+SessionInfo Engine::Describe(const Session& s, bool include_tokens) const {
+  SessionInfo info;
+  info.id = s.id;
+  info.owner = s.owner;
+  info.num_tokens = s.tokens.size();
+  info.kv_tokens = s.kv.table.num_tokens();
+  info.kv_bytes = s.kv.table.num_tokens() * pool_->bytes_per_token();
+  info.tier = std::string(TierName(tiers_->TierOf(s)));
+  info.create_time = s.create_time;
+  info.last_used = s.last_used;
+  info.ttl = s.ttl;
+  info.busy = s.busy;
+  if (include_tokens) info.tokens = s.tokens;
+  return info;
+}
+
+void Engine::CreateSession(CreateSessionParams params,
+                           Callback<SessionInfo> done) {
+  Post([this, params = std::move(params),
+        done = std::move(done)](absl::Status accepted) mutable {
+    if (!accepted.ok()) return std::move(done)(accepted);
+    Session* s = nullptr;
+    if (params.id.empty()) {
+      s = sessions_->Create(params.owner, params.ttl, absl::Now());
+    } else if (!IsValidSessionId(params.id)) {
+      return std::move(done)(absl::InvalidArgumentError(absl::StrFormat(
+          "session_id \"%s\" is not 32 lowercase hex digits", params.id)));
+    } else if (tiers_->Find(params.id, "").ok()) {
+      return std::move(done)(absl::AlreadyExistsError(
+          absl::StrFormat("session %s already exists", params.id)));
+    } else {
+      const absl::Time now = absl::Now();
+      s = sessions_->Insert(params.id, params.owner, params.ttl, now, now);
+    }
+    tiers_->StartLog(*s, OnEngineThread([this, id = s->id,
+                                         params = std::move(params),
+                                         done = std::move(done)](
+                                            absl::Status logged) mutable {
+      absl::StatusOr<Session*> s = sessions_->Lookup(id, "");
+      if (!s.ok()) return std::move(done)(s.status());
+      if (!logged.ok()) {
+        sessions_->Delete(id);
+        return std::move(done)(logged);
+      }
+      const auto* text = std::get_if<std::string>(&params.initial);
+      if (text != nullptr && text->empty()) {
+        return std::move(done)(Describe(**s, false));
+      }
+      // The initial input is prefilled like an Append; the reply waits.
+      GenerateParams gp;
+      gp.session_id = id;
+      gp.owner = params.owner;
+      gp.prompt = std::move(params.initial);
+      gp.generate = false;
+      auto* sink = new CreateSessionSink(
+          [this, id, done = std::move(done)](
+              absl::StatusOr<GenerateResult> result) mutable {
+            if (result.ok() && result->session.has_value()) {
+              return std::move(done)(*std::move(result->session));
+            }
+            absl::StatusOr<Session*> found = sessions_->Lookup(id, "");
+            if (found.ok() && !(*found)->busy) {
+              sessions_->Delete(id);
+              tiers_->Remove(id);
+            }
+            if (!result.ok()) return std::move(done)(result.status());
+            std::move(done)(absl::InternalError(absl::StrFormat(
+                "session %s: the initial prefill returned no session", id)));
+          });
+      Enqueue(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
+    }));
+  });
+}
+
+void Engine::GetSession(std::string id, std::string owner, bool include_tokens,
+                        Callback<SessionInfo> done) {
+  Reply<SessionInfo>(std::move(done),
+                     [=, this]() -> absl::StatusOr<SessionInfo> {
+                       absl::StatusOr<Session*> s = tiers_->Find(id, owner);
+                       if (!s.ok()) return s.status();
+                       return Describe(**s, include_tokens);
+                     });
+}
+
+void Engine::ListSessions(std::string owner, std::string page_token,
+                          int page_size, Callback<SessionList> done) {
+  Reply<SessionList>(std::move(done),
+                     [=, this]() -> absl::StatusOr<SessionList> {
+                       absl::StatusOr<SessionPage> page =
+                           sessions_->List(owner, page_token, page_size);
+                       if (!page.ok()) return page.status();
+                       SessionList list;
+                       for (const Session* s : page->sessions) {
+                         list.sessions.push_back(Describe(*s, false));
+                       }
+                       list.next_page_token = page->next_page_token;
+                       return list;
+                     });
+}
+
+void Engine::DeleteSession(std::string id, std::string owner,
+                           Callback<bool> done) {
+  Reply<bool>(std::move(done), [=, this]() -> absl::StatusOr<bool> {
+    absl::StatusOr<Session*> s = tiers_->FindIdle(id, owner);
+    if (!s.ok()) return s.status();
+    sessions_->Delete(id);
+    tiers_->Remove(id);
+    if (observer_) observer_->OnEviction("deleted");
+    return true;
+  });
+}
+
+void Engine::ForkSession(std::string id, std::string owner,
+                         std::optional<absl::Duration> ttl,
+                         Callback<SessionInfo> done) {
+  Post([=, this, done = std::move(done)](absl::Status accepted) mutable {
+    if (!accepted.ok()) return std::move(done)(accepted);
+    absl::StatusOr<Session*> parent = tiers_->Find(id, owner);
+    if (!parent.ok()) return std::move(done)(parent.status());
+    Session* child = sessions_->Create(
+        (*parent)->owner, ttl.has_value() ? ttl : (*parent)->ttl, absl::Now());
+    child->tokens = (*parent)->tokens;
+    child->kv = (*parent)->kv.Fork();
+    tiers_->StartLog(
+        *child,
+        OnEngineThread([this, child_id = child->id,
+                        done = std::move(done)](absl::Status logged) mutable {
+          absl::StatusOr<Session*> child = sessions_->Lookup(child_id, "");
+          if (!child.ok()) return std::move(done)(child.status());
+          if (!logged.ok()) {
+            sessions_->Delete(child_id);
+            return std::move(done)(logged);
+          }
+          std::move(done)(Describe(**child, false));
+        }));
+  });
+}
+
+void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
+                             Callback<SessionInfo> done) {
+  Post([=, this, done = std::move(done)](absl::Status accepted) mutable {
+    if (!accepted.ok()) return std::move(done)(accepted);
+    absl::StatusOr<Session*> found = tiers_->FindIdle(id, owner);
+    if (!found.ok()) return std::move(done)(found.status());
+    Session& s = **found;
+    if (tokens < 0 || tokens > static_cast<int64_t>(s.tokens.size())) {
+      return std::move(done)(absl::InvalidArgumentError(
+          absl::StrFormat("tokens must be in [0, %d] for session %s, got %d",
+                          s.tokens.size(), id, tokens)));
+    }
+    s.tokens.resize(tokens);
+    if (s.kv.table.num_tokens() > tokens) s.kv.Truncate(tokens);
+    s.last_used = absl::Now();
+    tiers_->Truncate(s, OnEngineThread([this, id, done = std::move(done)](
+                                           absl::Status logged) mutable {
+                       if (!logged.ok()) return std::move(done)(logged);
+                       absl::StatusOr<Session*> s = sessions_->Lookup(id, "");
+                       if (!s.ok()) return std::move(done)(s.status());
+                       std::move(done)(Describe(**s, false));
+                     }));
+  });
+}
+
+}  // namespace kvserve

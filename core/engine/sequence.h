@@ -1,0 +1,57 @@
+// Sequence: one Generate or Append from the moment it is queued until it
+// finishes; the unit the scheduler plans with.
+#ifndef KVSERVE_CORE_ENGINE_SEQUENCE_H_
+#define KVSERVE_CORE_ENGINE_SEQUENCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/engine/requests.h"
+#include "core/sampling/sampler.h"
+#include "core/session/session_store.h"
+#include "core/text/stop_matcher.h"
+#include "core/text/utf8_stream_decoder.h"
+
+namespace kvserve {
+
+struct Sequence {
+  // REQUIRES: session->tokens already hold the turn's input.
+  Sequence(std::shared_ptr<GenerateCall> c, Session* s, absl::Time t)
+      : call(std::move(c)),
+        session(s),
+        sampler(call->params().sampling),
+        stop(call->params().stop),
+        submitted(t) {
+    if (!s->tokens.empty()) prev_token = s->tokens.back();
+  }
+
+  const GenerateParams& params() const { return call->params(); }
+  bool generate() const { return params().generate; }
+  // Tokens of the history whose KV is not computed yet.
+  int64_t pending() const {
+    return session->tokens.size() - session->kv.table.num_tokens();
+  }
+  bool finished() const { return outcome.has_value(); }
+
+  std::shared_ptr<GenerateCall> call;
+  Session* session;  // null once finished and handed back
+  Sampler sampler;
+  Utf8StreamDecoder utf8;
+  StopMatcher stop;
+  absl::Time submitted, admitted, first_token, last_token;
+  bool started = false;    // admitted once: usage.prompt_tokens is set
+  bool preempted = false;  // its KV was taken; back to waiting after the step
+  bool scheduled = false;  // in the step being planned
+  // Set when the sequence is done: how it ended (the client's cancel flag
+  // stays the client's; a failure is an error status here).
+  std::optional<absl::StatusOr<FinishReason>> outcome;
+  int32_t prev_token = -1;
+  Usage usage;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_ENGINE_SEQUENCE_H_
