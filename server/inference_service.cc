@@ -289,7 +289,8 @@ grpc::ServerUnaryReactor* InferenceService::ListSessions(
     v1::ListSessionsResponse* response) {
   UnaryCall call(context, metrics_, "ListSessions");
   engine_->ListSessions(
-      request->owner(), request->page_token(), request->page_size(),
+      request->owner(), /*all_owners=*/false, request->page_token(),
+      request->page_size(),
       call.Reply<SessionList>([response](const SessionList& list) {
         for (const SessionInfo& info : list.sessions) {
           ToProto(info, response->add_sessions());

@@ -299,11 +299,20 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
         total > max_context_ ? "exceed" : "leave no room to generate within",
         max_context_)));
   }
+  if (p.generate && total == 0) {
+    // Nothing to compute logits from (a vocabulary without BOS).
+    drop_ephemeral();
+    return fail(absl::InvalidArgumentError(
+        "the prompt is empty and so is the session, and the vocabulary has "
+        "no BOS token to start from: send at least one token"));
+  }
+  const int64_t history_before = session->tokens.size();
   session->tokens.insert(session->tokens.end(), input.begin(), input.end());
   session->busy = true;
   session->last_used = now;
-  scheduler_->Enqueue(
-      std::make_unique<Sequence>(std::move(call), session, submitted));
+  auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
+  seq->history_before = history_before;
+  scheduler_->Enqueue(std::move(seq));
 }
 
 void Engine::Step() {
@@ -380,51 +389,74 @@ std::optional<FinishReason> Engine::EmitToken(Sequence& seq, int32_t token,
 
 void Engine::Finish(std::unique_ptr<Sequence> seq) {
   Session& s = *seq->session;
+  seq->session = nullptr;
+  if (seq->outcome->ok() && **seq->outcome != FinishReason::kStop) {
+    seq->tail = seq->stop.Push(seq->utf8.Flush()).text + seq->stop.Flush();
+  }
+  // Nothing of a failed turn applies: history and KV go back to its start.
+  if (!seq->outcome->ok()) RollBack(s, seq->history_before);
+  if (s.ephemeral) {
+    absl::StatusOr<GenerateResult> result = Result(*seq, s);
+    sessions_->Delete(s.id);
+    return seq->call->sink()->OnFinish(std::move(result));
+  }
+  // The session stays busy, and the reply waits, until the turn is on disk.
+  tiers_->Log(
+      s, OnEngineThread([this, id = s.id,
+                         seq = std::move(seq)](absl::Status logged) mutable {
+        Session* s = sessions_->Get(id);
+        if (s == nullptr) {
+          return seq->call->sink()->OnFinish(
+              absl::NotFoundError(absl::StrFormat(
+                  "session %s was removed before its turn was written", id)));
+        }
+        if (!logged.ok()) {
+          // What is on disk is the history before this turn; so is memory.
+          RollBack(*s, seq->history_before);
+          if (seq->outcome->ok()) {
+            seq->outcome = absl::UnavailableError(absl::StrFormat(
+                "session %s: the turn could not be made durable, so it was not "
+                "applied: %s",
+                id, logged.message()));
+          }
+        }
+        absl::StatusOr<GenerateResult> result = Result(*seq, *s);
+        seq->call->sink()->OnFinish(std::move(result));
+      }));
+}
+
+void Engine::RollBack(Session& s, int64_t n) {
+  if (static_cast<int64_t>(s.tokens.size()) > n) s.tokens.resize(n);
+  if (s.kv.table.num_tokens() > n) s.kv.Truncate(n);
+}
+
+absl::StatusOr<GenerateResult> Engine::Result(const Sequence& seq, Session& s) {
   const absl::Time now = absl::Now();
   s.busy = false;
   s.last_used = now;
-  absl::StatusOr<GenerateResult> result = GenerateResult();
-  if (!seq->outcome->ok()) {
-    result = seq->outcome->status();
-  } else {
-    const FinishReason reason = **seq->outcome;
-    GenerateResult r;
-    r.finish_reason = reason;
-    r.usage = seq->usage;
-    if (reason != FinishReason::kStop) {
-      r.text = seq->stop.Push(seq->utf8.Flush()).text + seq->stop.Flush();
+  if (!seq.outcome->ok()) return seq.outcome->status();
+  const FinishReason reason = **seq.outcome;
+  GenerateResult r;
+  r.finish_reason = reason;
+  r.usage = seq.usage;
+  r.text = seq.tail;
+  if (seq.started) {
+    r.timings.queue_seconds =
+        absl::ToDoubleSeconds(seq.admitted - seq.submitted);
+    const absl::Time prefill_end =
+        seq.usage.generated_tokens > 0 ? seq.first_token : now;
+    r.timings.prefill_seconds =
+        absl::ToDoubleSeconds(prefill_end - seq.admitted);
+    if (seq.usage.generated_tokens > 0) {
+      r.timings.decode_seconds =
+          absl::ToDoubleSeconds(seq.last_token - seq.first_token);
     }
-    if (seq->started) {
-      r.timings.queue_seconds =
-          absl::ToDoubleSeconds(seq->admitted - seq->submitted);
-      const absl::Time prefill_end =
-          seq->usage.generated_tokens > 0 ? seq->first_token : now;
-      r.timings.prefill_seconds =
-          absl::ToDoubleSeconds(prefill_end - seq->admitted);
-      if (seq->usage.generated_tokens > 0) {
-        r.timings.decode_seconds =
-            absl::ToDoubleSeconds(seq->last_token - seq->first_token);
-      }
-    }
-    if (!s.ephemeral) {
-      r.session_id = s.id;
-      r.session = Describe(s, false);
-    }
-    result = std::move(r);
   }
-  seq->session = nullptr;
-  auto reply = [call = seq->call, result = std::move(result)]() mutable {
-    call->sink()->OnFinish(std::move(result));
-  };
-  if (s.ephemeral) {
-    sessions_->Delete(s.id);
-    return reply();
+  if (!s.ephemeral) {
+    r.session_id = s.id;
+    r.session = Describe(s, false);
   }
-  // The reply waits until the turn is on disk (a failed write is warned
-  // about and does not fail the request).
-  tiers_->Log(s, [this, reply = std::move(reply)](absl::Status) mutable {
-    RunOnEngineThread(std::move(reply));
-  });
+  return r;
 }
 
 void Engine::ReportStats() {

@@ -86,8 +86,9 @@ class Engine {
   void CreateSession(CreateSessionParams params, Callback<SessionInfo> done);
   void GetSession(std::string id, std::string owner, bool include_tokens,
                   Callback<SessionInfo> done);
-  void ListSessions(std::string owner, std::string page_token, int page_size,
-                    Callback<SessionList> done);
+  // Sessions of `owner`; of every owner when all_owners (an admin).
+  void ListSessions(std::string owner, bool all_owners, std::string page_token,
+                    int page_size, Callback<SessionList> done);
   void DeleteSession(std::string id, std::string owner, Callback<bool> done);
   void ForkSession(std::string id, std::string owner,
                    std::optional<absl::Duration> ttl,
@@ -140,8 +141,13 @@ class Engine {
   // sequence ends, if this token ends it.
   std::optional<FinishReason> EmitToken(Sequence& seq, int32_t token,
                                         absl::Span<const float> logits);
-  // Logs the turn, then (once it is on disk) tells the sink.
+  // Logs the turn, then (once it is on disk) tells the sink. A turn that
+  // failed, or whose log write failed, is rolled back first.
   void Finish(std::unique_ptr<Sequence> seq);
+  // Keeps the first n tokens of the history and their KV.
+  static void RollBack(Session& s, int64_t n);
+  // Marks the session idle and makes the sequence's result.
+  absl::StatusOr<GenerateResult> Result(const Sequence& seq, Session& s);
   void ReportStats();
   SessionInfo Describe(const Session& s, bool include_tokens) const;
   void Warn(std::string_view message);

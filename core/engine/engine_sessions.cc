@@ -24,6 +24,12 @@ class CreateSessionSink : public TokenSink {
   absl::AnyInvocable<void(absl::StatusOr<GenerateResult>) &&> done_;
 };
 
+// A session deleted (or expired) while its write was under way.
+absl::Status SessionGone(std::string_view id) {
+  return absl::NotFoundError(absl::StrFormat(
+      "session %s was deleted while its log was being written", id));
+}
+
 }  // namespace
 
 SessionTiers::Done Engine::OnEngineThread(
@@ -62,7 +68,7 @@ void Engine::CreateSession(CreateSessionParams params,
     } else if (!IsValidSessionId(params.id)) {
       return std::move(done)(absl::InvalidArgumentError(absl::StrFormat(
           "session_id \"%s\" is not 32 lowercase hex digits", params.id)));
-    } else if (tiers_->Find(params.id, "").ok()) {
+    } else if (tiers_->Exists(params.id)) {
       return std::move(done)(absl::AlreadyExistsError(
           absl::StrFormat("session %s already exists", params.id)));
     } else {
@@ -73,15 +79,15 @@ void Engine::CreateSession(CreateSessionParams params,
                                          params = std::move(params),
                                          done = std::move(done)](
                                             absl::Status logged) mutable {
-      absl::StatusOr<Session*> s = sessions_->Lookup(id, "");
-      if (!s.ok()) return std::move(done)(s.status());
+      Session* s = sessions_->Get(id);
+      if (s == nullptr) return std::move(done)(SessionGone(id));
       if (!logged.ok()) {
         sessions_->Delete(id);
         return std::move(done)(logged);
       }
       const auto* text = std::get_if<std::string>(&params.initial);
       if (text != nullptr && text->empty()) {
-        return std::move(done)(Describe(**s, false));
+        return std::move(done)(Describe(*s, false));
       }
       // The initial input is prefilled like an Append; the reply waits.
       GenerateParams gp;
@@ -95,8 +101,8 @@ void Engine::CreateSession(CreateSessionParams params,
             if (result.ok() && result->session.has_value()) {
               return std::move(done)(*std::move(result->session));
             }
-            absl::StatusOr<Session*> found = sessions_->Lookup(id, "");
-            if (found.ok() && !(*found)->busy) {
+            Session* found = sessions_->Get(id);
+            if (found != nullptr && !found->busy) {
               sessions_->Delete(id);
               tiers_->Remove(id);
             }
@@ -119,20 +125,21 @@ void Engine::GetSession(std::string id, std::string owner, bool include_tokens,
                      });
 }
 
-void Engine::ListSessions(std::string owner, std::string page_token,
-                          int page_size, Callback<SessionList> done) {
-  Reply<SessionList>(std::move(done),
-                     [=, this]() -> absl::StatusOr<SessionList> {
-                       absl::StatusOr<SessionPage> page =
-                           sessions_->List(owner, page_token, page_size);
-                       if (!page.ok()) return page.status();
-                       SessionList list;
-                       for (const Session* s : page->sessions) {
-                         list.sessions.push_back(Describe(*s, false));
-                       }
-                       list.next_page_token = page->next_page_token;
-                       return list;
-                     });
+void Engine::ListSessions(std::string owner, bool all_owners,
+                          std::string page_token, int page_size,
+                          Callback<SessionList> done) {
+  Reply<SessionList>(
+      std::move(done), [=, this]() -> absl::StatusOr<SessionList> {
+        absl::StatusOr<SessionPage> page =
+            sessions_->List(owner, all_owners, page_token, page_size);
+        if (!page.ok()) return page.status();
+        SessionList list;
+        for (const Session* s : page->sessions) {
+          list.sessions.push_back(Describe(*s, false));
+        }
+        list.next_page_token = page->next_page_token;
+        return list;
+      });
 }
 
 void Engine::DeleteSession(std::string id, std::string owner,
@@ -162,13 +169,13 @@ void Engine::ForkSession(std::string id, std::string owner,
         *child,
         OnEngineThread([this, child_id = child->id,
                         done = std::move(done)](absl::Status logged) mutable {
-          absl::StatusOr<Session*> child = sessions_->Lookup(child_id, "");
-          if (!child.ok()) return std::move(done)(child.status());
+          Session* child = sessions_->Get(child_id);
+          if (child == nullptr) return std::move(done)(SessionGone(child_id));
           if (!logged.ok()) {
             sessions_->Delete(child_id);
             return std::move(done)(logged);
           }
-          std::move(done)(Describe(**child, false));
+          std::move(done)(Describe(*child, false));
         }));
   });
 }
@@ -191,9 +198,10 @@ void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
     tiers_->Truncate(s, OnEngineThread([this, id, done = std::move(done)](
                                            absl::Status logged) mutable {
                        if (!logged.ok()) return std::move(done)(logged);
-                       absl::StatusOr<Session*> s = sessions_->Lookup(id, "");
-                       if (!s.ok()) return std::move(done)(s.status());
-                       std::move(done)(Describe(**s, false));
+                       Session* s = sessions_->Get(id);
+                       if (s == nullptr)
+                         return std::move(done)(SessionGone(id));
+                       std::move(done)(Describe(*s, false));
                      }));
   });
 }

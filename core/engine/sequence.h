@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -50,6 +51,8 @@ struct Sequence {
   std::optional<absl::StatusOr<FinishReason>> outcome;
   int32_t prev_token = -1;
   Usage usage;
+  int64_t history_before = 0;  // the session's length before this turn
+  std::string tail;            // text held back until the end
 };
 
 }  // namespace kvserve

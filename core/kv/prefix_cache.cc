@@ -32,6 +32,7 @@ CachedKv CachedKv::Fork() const {
   CachedKv fork(table.pool());
   fork.table = table.Fork();
   fork.hashes = hashes;
+  fork.salt = salt;
   return fork;
 }
 
@@ -59,7 +60,7 @@ int64_t PrefixCache::Match(absl::Span<const int32_t> tokens, CachedKv& kv,
   }
   int64_t pos = start;
   while (pos + bt <= static_cast<int64_t>(tokens.size())) {
-    const uint64_t parent = kv.hashes.empty() ? 0 : kv.hashes.back();
+    const uint64_t parent = kv.hashes.empty() ? kv.salt : kv.hashes.back();
     const uint64_t h = ChainHash(parent, tokens.subspan(pos, bt));
     auto it = by_hash_.find(h);
     if (it == by_hash_.end()) break;
@@ -87,7 +88,7 @@ void PrefixCache::Register(absl::Span<const int32_t> tokens, CachedKv& kv) {
   const int64_t full = kv.table.num_tokens() / bt;
   absl::Span<const int32_t> blocks = kv.table.blocks();
   for (int64_t i = kv.hashes.size(); i < full; ++i) {
-    const uint64_t parent = i == 0 ? 0 : kv.hashes[i - 1];
+    const uint64_t parent = i == 0 ? kv.salt : kv.hashes[i - 1];
     const uint64_t h = ChainHash(parent, tokens.subspan(i * bt, bt));
     kv.hashes.push_back(h);
     const int32_t block = blocks[i];

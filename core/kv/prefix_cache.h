@@ -38,6 +38,10 @@ struct CachedKv {
   explicit CachedKv(BlockPool* pool) : table(pool) {}
   BlockTable table;
   std::vector<uint64_t> hashes;
+  // The first block's chain parent: sequences with different salts (the
+  // sessions of different owners) never find each other's blocks, so a
+  // cache hit cannot reveal another owner's prompt.
+  uint64_t salt = 0;
 
   // Keeps the first n positions (hashes of blocks no longer full go).
   void Truncate(int64_t n);

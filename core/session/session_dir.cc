@@ -116,7 +116,32 @@ absl::StatusOr<std::unique_ptr<SessionDir>> SessionDir::Open(std::string path) {
     return absl::InvalidArgumentError(
         absl::StrFormat("session_dir %s is not a writable directory", path));
   }
-  return std::unique_ptr<SessionDir>(new SessionDir(std::move(path)));
+  std::unique_ptr<SessionDir> dir(new SessionDir(std::move(path)));
+  dir->RemoveStrayTemporaries(absl::Now() - absl::Minutes(1));
+  return dir;
+}
+
+int SessionDir::RemoveStrayTemporaries(absl::Time older_than) const {
+  int removed = 0;
+  DIR* dir = ::opendir(path_.c_str());
+  if (dir == nullptr) return 0;
+  while (const dirent* e = ::readdir(dir)) {
+    // <id>.kv.tmp or <id>.log.tmp: a write a crash interrupted. Younger
+    // ones may be a replica's write in progress.
+    std::string_view name = e->d_name;
+    if (name.size() < 36 || !IsValidId(name.substr(0, 32))) continue;
+    const std::string_view rest = name.substr(32);
+    if (rest != ".kv.tmp" && rest != ".log.tmp") continue;
+    const std::string file = absl::StrFormat("%s/%s", path_, name);
+    struct stat st;
+    if (::stat(file.c_str(), &st) != 0 ||
+        absl::FromTimeT(st.st_mtime) >= older_than) {
+      continue;
+    }
+    if (::unlink(file.c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 bool SessionDir::IsValidId(std::string_view id) { return IsValidSessionId(id); }

@@ -87,6 +87,10 @@ class SessionDir {
   absl::StatusOr<StoredSession> Load(std::string_view id) const;
   // Ids of every log in the directory.
   std::vector<std::string> List() const;
+  // Deletes <id>.kv.tmp and <id>.log.tmp files last modified before
+  // `older_than` (left by a crash mid-write; Open does this with a minute's
+  // margin for a replica's write in progress). Returns how many went.
+  int RemoveStrayTemporaries(absl::Time older_than) const;
 
   std::string LogPath(std::string_view id) const;
   std::string SnapshotPath(std::string_view id) const;

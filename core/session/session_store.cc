@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
 
@@ -30,6 +31,8 @@ Session* SessionStore::Insert(std::string id, std::string owner,
                               absl::Time create_time, absl::Time now) {
   if (sessions_.contains(id)) return nullptr;
   auto session = std::make_unique<Session>(id, pool_);
+  // Each owner's prompts are cached apart (CachedKv::salt).
+  session->kv.salt = owner.empty() ? 0 : absl::Hash<std::string>{}(owner) | 1;
   session->owner = std::move(owner);
   session->ttl = ttl;
   session->create_time = create_time;
@@ -39,10 +42,15 @@ Session* SessionStore::Insert(std::string id, std::string owner,
   return raw;
 }
 
+Session* SessionStore::Get(std::string_view id) {
+  auto it = sessions_.find(absl::string_view(id.data(), id.size()));
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
 absl::StatusOr<Session*> SessionStore::Lookup(std::string_view id,
                                               std::string_view owner) {
   auto it = sessions_.find(absl::string_view(id.data(), id.size()));
-  if (it == sessions_.end() || (!owner.empty() && it->second->owner != owner)) {
+  if (it == sessions_.end() || it->second->owner != owner) {
     return absl::NotFoundError(absl::StrFormat("session %s not found", id));
   }
   return it->second.get();
@@ -56,6 +64,7 @@ void SessionStore::Delete(std::string_view id) {
 }
 
 absl::StatusOr<SessionPage> SessionStore::List(std::string_view owner,
+                                               bool all_owners,
                                                std::string_view page_token,
                                                int page_size) const {
   if (page_size < 0 || page_size > 1000) {
@@ -65,8 +74,7 @@ absl::StatusOr<SessionPage> SessionStore::List(std::string_view owner,
   if (page_size == 0) page_size = 100;
   std::vector<const Session*> matching;
   for (const auto& [id, s] : sessions_) {
-    if (id > page_token && (owner.empty() || s->owner == owner) &&
-        !s->ephemeral) {
+    if (id > page_token && (all_owners || s->owner == owner) && !s->ephemeral) {
       matching.push_back(s.get());
     }
   }

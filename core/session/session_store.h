@@ -60,15 +60,19 @@ class SessionStore {
                   absl::Time now);
 
   // NOT_FOUND for an unknown id, and for a session of another owner (so
-  // ids of others' sessions are not revealed).
+  // ids of others' sessions are not revealed). Owners match exactly: the
+  // empty owner (no API keys, no owner given) is an owner like any other.
   absl::StatusOr<Session*> Lookup(std::string_view id, std::string_view owner);
+  // The session with this id whoever owns it, or null: for the engine's own
+  // bookkeeping, never to answer a client.
+  Session* Get(std::string_view id);
 
   // Frees the session's blocks at once. REQUIRES: the session is not busy.
   void Delete(std::string_view id);
 
-  // Sessions of `owner` (all when empty) in id order, after `page_token`.
-  // INVALID_ARGUMENT for a page_size outside [0, 1000].
-  absl::StatusOr<SessionPage> List(std::string_view owner,
+  // Sessions of `owner` (of every owner when all_owners) in id order,
+  // after `page_token`. INVALID_ARGUMENT for a page_size outside [0, 1000].
+  absl::StatusOr<SessionPage> List(std::string_view owner, bool all_owners,
                                    std::string_view page_token,
                                    int page_size) const;
 

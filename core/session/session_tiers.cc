@@ -313,8 +313,9 @@ struct SessionTiers::Impl {
     for (const auto& [id, ticket] : writer->TakeFailedLogs()) {
       Durability* d = DurabilityOf(id);
       if (d == nullptr || ticket < d->log_start) continue;  // superseded
-      absl::StatusOr<Session*> s = store->Lookup(id, "");
-      if (s.ok()) QueueLogStart(**s, *d, /*warn_on_failure=*/true, nullptr);
+      if (Session* s = store->Get(id)) {
+        QueueLogStart(*s, *d, /*warn_on_failure=*/true, nullptr);
+      }
     }
   }
 
@@ -453,7 +454,7 @@ bool SessionTiers::durable() const { return impl_->dir != nullptr; }
 void SessionTiers::LoadAll() {
   if (impl_->dir == nullptr) return;
   for (const std::string& id : impl_->dir->List()) {
-    if (!impl_->store->Lookup(id, "").ok()) (void)impl_->Load(id);
+    if (impl_->store->Get(id) == nullptr) (void)impl_->Load(id);
   }
 }
 
@@ -463,23 +464,27 @@ absl::StatusOr<Session*> SessionTiers::Find(std::string_view id,
   m.RepairFailedLogs();
   // Looked up for any owner first: another owner's session in memory must
   // not be loaded a second time.
-  absl::StatusOr<Session*> found = m.store->Lookup(id, "");
-  if (!found.ok()) {
-    found = m.Load(id);
-    if (!found.ok()) return found;
+  if (Session* in_memory = m.store->Get(id); in_memory == nullptr) {
+    absl::StatusOr<Session*> loaded = m.Load(id);
+    if (!loaded.ok()) return loaded.status();
   } else if (Impl::Durability* d = m.DurabilityOf(id);
-             d != nullptr && !(*found)->busy &&
+             d != nullptr && !in_memory->busy &&
              m.writer->Settled(id, d->last_log_write)) {
     // Replicas may share the directory: another one may have continued or
     // deleted this session since this process last wrote its log.
     const int64_t size = m.dir->LogSize(id);
-    if (size < 0 || (size != d->log_bytes && !m.Reload(**found, *d))) {
+    if (size < 0 || (size != d->log_bytes && !m.Reload(*in_memory, *d))) {
       m.durable.erase(AbslView(id));
       m.store->Delete(id);
       return m.NotFound(id);
     }
   }
   return m.store->Lookup(id, owner);
+}
+
+bool SessionTiers::Exists(std::string_view id) {
+  if (impl_->store->Get(id) != nullptr) return true;
+  return impl_->dir != nullptr && impl_->dir->LogSize(id) >= 0;
 }
 
 absl::StatusOr<Session*> SessionTiers::FindIdle(std::string_view id,

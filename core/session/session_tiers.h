@@ -104,6 +104,10 @@ class SessionTiers {
   // kept for the common prefix); one whose log another process removed is
   // dropped (NOT_FOUND). NOT_FOUND for another owner's session.
   absl::StatusOr<Session*> Find(std::string_view id, std::string_view owner);
+  // Whether the id is taken: a session in memory, or a log in the directory
+  // (even one that does not load, so that it is never overwritten). A stat,
+  // no read.
+  bool Exists(std::string_view id);
   // As Find; FAILED_PRECONDITION while a request runs on the session.
   absl::StatusOr<Session*> FindIdle(std::string_view id,
                                     std::string_view owner);

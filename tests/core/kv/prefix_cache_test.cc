@@ -222,6 +222,20 @@ TEST_F(PrefixCacheTest, ADuplicateBlockStaysUnregistered) {
   EXPECT_EQ(cache_->Match(tokens, c), 8);
 }
 
+TEST_F(PrefixCacheTest, DifferentSaltsNeverShareBlocks) {
+  const std::vector<int32_t> tokens = Range(10);
+  CachedKv a(pool_.get());
+  a.salt = 7;
+  Compute(tokens, a);
+  CachedKv other(pool_.get());
+  other.salt = 8;
+  EXPECT_EQ(cache_->Match(tokens, other), 0);
+  CachedKv same(pool_.get());
+  same.salt = 7;
+  EXPECT_EQ(cache_->Match(tokens, same), 8);
+  EXPECT_EQ(a.Fork().salt, 7u);
+}
+
 TEST_F(PrefixCacheTest, CountsQueriedAndHitTokens) {
   const std::vector<int32_t> tokens = Range(10);
   {

@@ -1,9 +1,12 @@
 #include "core/session/session_dir.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
@@ -171,6 +174,31 @@ TEST_F(SessionDirTest, AFileInTheWayIsAClearError) {
   auto dir = SessionDir::Open(root_ + "/file");
   ASSERT_FALSE(dir.ok());
   EXPECT_NE(dir.status().message().find("/file"), absl::string_view::npos);
+}
+
+TEST_F(SessionDirTest, StrayTemporariesOfACrashAreRemovedAtOpen) {
+  const std::string dir = root_ + "/a/b/";
+  auto touch = [](const std::string& path, int age_seconds) {
+    FILE* f = fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    fputs("partial", f);
+    fclose(f);
+    const struct timespec t[2] = {{time(nullptr) - age_seconds, 0},
+                                  {time(nullptr) - age_seconds, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+  };
+  const std::string id(kId);
+  touch(dir + id + ".kv.tmp", 3600);
+  touch(dir + id + ".log.tmp", 3600);
+  touch(dir + "ffffffffffffffffffffffffffffffff.kv.tmp", 5);  // in progress
+  touch(dir + "notes.tmp", 3600);                             // not ours
+  auto reopened = SessionDir::Open(root_ + "/a/b");
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + id + ".kv.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir + id + ".log.tmp"));
+  EXPECT_TRUE(
+      std::filesystem::exists(dir + "ffffffffffffffffffffffffffffffff.kv.tmp"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "notes.tmp"));
 }
 
 }  // namespace

@@ -38,17 +38,25 @@ TEST_F(SessionStoreTest, IdsAre128BitHexAndDistinct) {
 TEST_F(SessionStoreTest, LookupFindsOnlyLiveSessionsOfTheOwner) {
   Session* s = store_->Create("alice", std::nullopt, now_);
   ASSERT_TRUE(store_->Lookup(s->id, "alice").ok());
-  ASSERT_TRUE(store_->Lookup(s->id, "").ok());
-  EXPECT_EQ(*store_->Lookup(s->id, ""), s);
+  EXPECT_EQ(*store_->Lookup(s->id, "alice"), s);
+  // The empty owner is an owner like any other, not a wildcard.
+  EXPECT_EQ(store_->Lookup(s->id, "").status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->Lookup(s->id, "bob").status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Get(s->id), s);  // the engine's own lookup
+  // Owners' prompts are cached apart.
+  Session* bob = store_->Create("bob", std::nullopt, now_);
+  Session* anon = store_->Create("", std::nullopt, now_);
+  EXPECT_NE(s->kv.salt, bob->kv.salt);
+  EXPECT_NE(s->kv.salt, anon->kv.salt);
   EXPECT_EQ(store_->Lookup("0123", "").status().code(),
             absl::StatusCode::kNotFound);
   const std::string id = s->id;
   store_->Delete(id);
   EXPECT_EQ(store_->Lookup(id, "alice").status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->size(), 0);
+  EXPECT_EQ(store_->size(), 2);
 }
 
 TEST_F(SessionStoreTest, DeleteFreesBlocksAtOnce) {
@@ -64,7 +72,7 @@ TEST_F(SessionStoreTest, ListPagesInIdOrderAndFiltersByOwner) {
   std::vector<std::string> seen;
   std::string token;
   do {
-    auto page = store_->List("a", token, 5);
+    auto page = store_->List("a", false, token, 5);
     ASSERT_TRUE(page.ok());
     EXPECT_LE(page->sessions.size(), 5u);
     for (const Session* s : page->sessions) {
@@ -74,8 +82,11 @@ TEST_F(SessionStoreTest, ListPagesInIdOrderAndFiltersByOwner) {
     token = page->next_page_token;
   } while (!token.empty());
   EXPECT_EQ(seen.size(), 12u);
+  // Only when asked for every owner (an admin) does the filter go.
+  EXPECT_EQ(store_->List("", false, "", 100)->sessions.size(), 0u);
+  EXPECT_EQ(store_->List("", true, "", 100)->sessions.size(), 25u);
   EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
-  EXPECT_EQ(store_->List("", "", 1001).status().code(),
+  EXPECT_EQ(store_->List("", false, "", 1001).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
