@@ -97,6 +97,55 @@ absl::Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   return absl::OkStatus();
 }
 
+// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, and
+// an fsync of the directory.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::string_view bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError("cannot create", tmp);
+  absl::Status s = WriteAll(fd, bytes, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("cannot fsync", tmp);
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = ErrnoError("cannot rename onto", path);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return FsyncDir(DirOf(path));
+}
+
+// A whole file; NOT_FOUND when it does not exist.
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrFormat("%s does not exist", path));
+    }
+    return ErrnoError("cannot open", path);
+  }
+  std::string data;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(st.st_size);
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status s = ErrnoError("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    data.append(buffer, n);
+  }
+  ::close(fd);
+  return data;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SessionDir>> SessionDir::Open(std::string path) {
@@ -320,52 +369,6 @@ std::vector<std::string> SessionDir::List() const {
   }
   ::closedir(dir);
   return ids;
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("cannot create", tmp);
-  absl::Status s = WriteAll(fd, bytes, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("cannot fsync", tmp);
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = ErrnoError("cannot rename onto", path);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return FsyncDir(DirOf(path));
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrFormat("%s does not exist", path));
-    }
-    return ErrnoError("cannot open", path);
-  }
-  std::string data;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) data.reserve(st.st_size);
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status s = ErrnoError("cannot read", path);
-      ::close(fd);
-      return s;
-    }
-    if (n == 0) break;
-    data.append(buffer, n);
-  }
-  ::close(fd);
-  return data;
 }
 
 }  // namespace kvserve

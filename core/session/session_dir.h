@@ -74,7 +74,8 @@ class SessionDir {
   // Deletes the log and any snapshot (and its temporary file).
   absl::Status Remove(std::string_view id);
 
-  // Replaces the session's KV snapshot atomically (WriteFileAtomically).
+  // Replaces the session's KV snapshot atomically (a temporary file, fsync,
+  // rename, fsync of the directory).
   absl::Status WriteSnapshot(std::string_view id, std::string_view bytes);
   // The snapshot's bytes; NOT_FOUND when there is none.
   absl::StatusOr<std::string> ReadSnapshot(std::string_view id) const;
@@ -100,13 +101,6 @@ class SessionDir {
   explicit SessionDir(std::string path) : path_(std::move(path)) {}
   const std::string path_;
 };
-
-// Writes `bytes` to `path` atomically: a temporary file, fsync, rename, and
-// an fsync of the directory.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 std::string_view bytes);
-// A whole file; NOT_FOUND when it does not exist.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 }  // namespace kvserve
 

@@ -256,7 +256,7 @@ TEST_F(SessionTiersTest, ARestartFindsLoggedSessions) {
   EXPECT_EQ((*ra)->ttl, absl::Seconds(90));
   EXPECT_EQ((*ra)->create_time, created);
   EXPECT_EQ(restarted.tiers->TierOf(**ra), Tier::kTokens);
-  absl::StatusOr<Session*> rb = restarted.tiers->Find(b_id, "");
+  absl::StatusOr<Session*> rb = restarted.tiers->Find(b_id, "bob");
   ASSERT_TRUE(rb.ok()) << rb.status();
   EXPECT_EQ((*rb)->tokens, std::vector<int32_t>{7});
   EXPECT_EQ((*rb)->ttl, std::nullopt);
@@ -437,7 +437,7 @@ TEST_F(SessionTiersTest, ACorruptSnapshotIsIgnoredWithAWarningAndRemoved) {
   }
   const std::string id = s->id;
   node_ = std::make_unique<Node>(path_);  // a restart reads the file
-  absl::StatusOr<Session*> found = node_->tiers->Find(id, "");
+  absl::StatusOr<Session*> found = node_->tiers->Find(id, "alice");
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(node_->tiers->TierOf(**found), Tier::kDisk);
   EXPECT_EQ(node_->Restore(**found, 100), 0);
@@ -478,7 +478,7 @@ TEST_F(SessionTiersTest, AnotherProcessAppendingMakesFindReload) {
   want.push_back(60);
   EXPECT_EQ(TokensOnDisk(id), want);
 
-  ASSERT_TRUE(replica.tiers->Find(id, "").ok());  // sees 60
+  ASSERT_TRUE(replica.tiers->Find(id, "alice").ok());  // sees 60
   replica.tiers->Remove(id);
   replica.store->Delete(id);
   replica.tiers->Flush();
@@ -495,7 +495,7 @@ TEST_F(SessionTiersTest, FindTrustsItsOwnQueuedAndFinishedWrites) {
   s->tokens.push_back(4);
   node_->tiers->Log(*s, [](absl::Status) {});
   // The log is not on disk yet: the session is neither dropped nor reloaded.
-  absl::StatusOr<Session*> found = node_->tiers->Find(s->id, "");
+  absl::StatusOr<Session*> found = node_->tiers->Find(s->id, "alice");
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4}));
   node_->tiers->PauseWritesForTesting(false);
@@ -503,7 +503,7 @@ TEST_F(SessionTiersTest, FindTrustsItsOwnQueuedAndFinishedWrites) {
   // Written: the log's size is what this process expects, so Find does not
   // re-read it (which would replace the history in memory).
   s->tokens = {7, 7, 7, 7};
-  ASSERT_TRUE(node_->tiers->Find(s->id, "").ok());
+  ASSERT_TRUE(node_->tiers->Find(s->id, "alice").ok());
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{7, 7, 7, 7}));
 }
 
@@ -538,7 +538,7 @@ TEST_F(SessionTiersTest, AQueuedRemoveKeepsFindFromLoadingTheLog) {
   node_->tiers->Remove(id);
   node_->store->Delete(id);
   ASSERT_GE(dir_->LogSize(id), 0);  // still on disk
-  EXPECT_EQ(node_->tiers->Find(id, "").status().code(),
+  EXPECT_EQ(node_->tiers->Find(id, "alice").status().code(),
             absl::StatusCode::kNotFound);
   node_->tiers->PauseWritesForTesting(false);
   node_->tiers->Flush();
@@ -575,12 +575,13 @@ TEST_F(SessionTiersTest, SnapshotAllSurvivesARestart) {
   node_ = std::make_unique<Node>(path_);
   node_->tiers->LoadAll();
   for (const auto& [id, kv] : {std::pair(a_id, a_kv), std::pair(b_id, b_kv)}) {
-    Session* s = *node_->tiers->Find(id, "");
+    Session* s = *node_->tiers->Find(id, "alice");
     EXPECT_EQ(node_->tiers->TierOf(*s), Tier::kDisk);
     EXPECT_EQ(node_->Restore(*s, 100), static_cast<int64_t>(s->tokens.size()));
     EXPECT_EQ(node_->KvBytes(*s), kv);
     // Restore registered the full blocks: a new process's cache held none.
     CachedKv other(node_->pool.get());
+    other.salt = s->kv.salt;  // the same owner's
     EXPECT_EQ(node_->cache->Match(s->tokens, other),
               static_cast<int64_t>(s->tokens.size()) / kBlock * kBlock);
   }
@@ -706,7 +707,7 @@ TEST_F(SessionTiersTest, AFailedLogWriteIsWarnedAndTheLogRewritten) {
   EXPECT_TRUE(next.Wait().ok());
   node_->tiers->Flush();
   EXPECT_EQ(TokensOnDisk(id), (std::vector<int32_t>{1, 2, 3, 4}));
-  ASSERT_TRUE(node_->tiers->Find(id, "").ok());
+  ASSERT_TRUE(node_->tiers->Find(id, "alice").ok());
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4}));
 }
 
