@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/model/builtin_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/builtin_model.h"
 
 namespace kvserve {
 namespace {
@@ -74,16 +74,6 @@ class NoBosTokenizer : public Tokenizer {
 
 class EngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto model = LoadRandomModel(BuiltinModelOptions());
-    ASSERT_TRUE(model.ok()) << model.status();
-    loaded_ = new LoadedModel(*std::move(model));
-  }
-  static void TearDownTestSuite() {
-    delete loaded_;
-    loaded_ = nullptr;
-  }
-
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
            ("kvserve_engine_test_" + std::to_string(::getpid()) + "_" +
@@ -137,12 +127,10 @@ class EngineTest : public ::testing::Test {
     return w.Wait();
   }
 
-  static LoadedModel* loaded_;
+  const LoadedModel* const loaded_ = &testing::BuiltinModel();
   std::filesystem::path dir_;
   std::unique_ptr<Engine> engine_;
 };
-
-LoadedModel* EngineTest::loaded_ = nullptr;
 
 // Crash 1 of the hardening issue: with a session directory another owner's
 // session was "not in memory", reloaded, and a null session dereferenced.

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/model/builtin_model.h"
 #include "core/util/status_reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/builtin_model.h"
 
 namespace kvserve {
 namespace {
@@ -56,16 +56,6 @@ class CountingObserver : public EngineObserver {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    auto model = LoadRandomModel(BuiltinModelOptions());
-    ASSERT_TRUE(model.ok()) << model.status();
-    loaded_ = new LoadedModel(*std::move(model));
-  }
-  static void TearDownTestSuite() {
-    delete loaded_;
-    loaded_ = nullptr;
-  }
-
   // A pool of `blocks` blocks of kBlockTokens positions.
   void Start(SchedulerOptions options, int blocks) {
     const ModelConfig& c = loaded_->weights->config;
@@ -172,7 +162,7 @@ class SchedulerTest : public ::testing::Test {
     return 0;
   }
 
-  static LoadedModel* loaded_;
+  const LoadedModel* const loaded_ = &testing::BuiltinModel();
   NullSink sink_;
   CountingObserver observer_;
   std::unique_ptr<BlockPool> pool_;
@@ -183,8 +173,6 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<Sequence>> retired_;
 };
-
-LoadedModel* SchedulerTest::loaded_ = nullptr;
 
 TEST_F(SchedulerTest, AdmitsAtMostMaxRunningAndCountsTheQueued) {
   Start({.max_batch_tokens = 64, .max_running = 2}, 64);
