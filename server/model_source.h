@@ -10,10 +10,13 @@
 namespace kvserve {
 
 // Empty `model_path`: the built-in model. Otherwise a GGUF or llama2.c file
-// (the latter with `tokenizer_path`). weight_dtype: auto|f32|bf16.
+// (the latter with `tokenizer_path`). weight_dtype: auto|f32|bf16. no_mmap:
+// read the file into memory instead of mapping it (LoadOptions::no_mmap;
+// the built-in model is in memory either way).
 absl::StatusOr<LoadedModel> LoadServedModel(const std::string& model_path,
                                             const std::string& tokenizer_path,
-                                            const std::string& weight_dtype);
+                                            const std::string& weight_dtype,
+                                            bool no_mmap = false);
 
 }  // namespace kvserve
 

@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/numeric/int128.h"
 #include "absl/strings/str_format.h"
 
 namespace kvserve {
@@ -500,15 +501,22 @@ absl::StatusOr<GgufFile> GgufFile::Parse(
   uint64_t end_of_infos = r.offset();
   g.data_offset_ =
       (end_of_infos + g.alignment_ - 1) / g.alignment_ * g.alignment_;
+  // Every tensor's bytes lie inside the file as it is now (a mapping's
+  // pages past the end would raise SIGBUS, not fail a bounds check).
   uint64_t size = g.file_->size();
   for (GgufTensorInfo& t : g.tensors_) {
     uint64_t data_size = size >= g.data_offset_ ? size - g.data_offset_ : 0;
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
+      // In 128 bits: a corrupt offset may be near 2^64.
+      const absl::uint128 begin = absl::uint128(g.data_offset_) + t.offset;
+      const absl::uint128 end = begin + t.n_bytes;
       return absl::InvalidArgumentError(absl::StrFormat(
-          "GGUF file %s: tensor '%s' (%s, %d bytes at data offset %d = byte "
-          "offset %d) runs past the end of the %d-byte file",
+          "GGUF file %s: tensor '%s' (%s, %d bytes at data offset %d, info at "
+          "byte offset %d) needs bytes [%d, %d) but runs past the end of the "
+          "%d-byte file by %d bytes (the file is truncated, or the tensor "
+          "info is corrupt)",
           g.file_->name(), t.name, GgmlTypeName(t.type), t.n_bytes, t.offset,
-          g.data_offset_ + t.offset, size));
+          t.info_offset, begin, end, size, end - size));
     }
     t.file_offset = g.data_offset_ + t.offset;
     t.data = g.file_->data() + t.file_offset;

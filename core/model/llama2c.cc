@@ -124,7 +124,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadLlama2cWeights(
     fp.Add(src.data, src.n_bytes);
     absl::StatusOr<WeightTensor> t =
         MaterializeTensor(src, HeldType(src.type, rows == 1, mode), *w);
-    if (!t.ok()) return t.status();
+    if (!t.ok()) {
+      return absl::Status(
+          t.status().code(),
+          absl::StrFormat("llama2.c checkpoint %s: %s (data at byte offset %d)",
+                          name, t.status().message(), kHeaderBytes + 4 * at));
+    }
     *out = *t;
     return absl::OkStatus();
   };

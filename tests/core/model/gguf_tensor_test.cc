@@ -1,5 +1,6 @@
 #include "core/model/gguf_tensor.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -115,6 +116,57 @@ TEST(GgufTensorTest, DtypeModes) {
   EXPECT_EQ(HeldType(f16, true, M::kBF16), T::kF32);  // vectors stay f32
   EXPECT_EQ(HeldType(f32, false, M::kBF16), T::kBF16);
   EXPECT_EQ(HeldType(q4k, false, M::kF32), T::kF32);
+}
+
+// For every block type, a half NaN or inf written at any even byte of a
+// block makes the load fail exactly when it makes the block dequantize to a
+// non-finite value: the check reads every scale, and nothing else.
+TEST(GgufTensorTest, NonFiniteBlockScalesAreRejectedAndNothingElse) {
+  const GgmlType types[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                            GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kIQ4_NL,
+                            GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+                            GgmlType::kQ5_K, GgmlType::kQ6_K};
+  for (GgmlType type : types) {
+    const quant::TypeInfo& info = *quant::Info(type);
+    // Two rows of two blocks; block 3 (row 1) gets the bad half.
+    const int64_t cols = 2 * info.block_elems;
+    std::vector<float> values(2 * cols);
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = std::sin(0.37 * i) * (1.0 + i % 7);
+    }
+    std::string good(2 * 2 * info.block_bytes, '\0');
+    info.quantize(values.data(), good.data(), values.size());
+    int rejected = 0;
+    for (uint16_t bad : {uint16_t{0x7c00}, uint16_t{0xfe00}}) {
+      for (int at = 0; at + 2 <= info.block_bytes; at += 2) {
+        std::string bytes = good;
+        std::memcpy(&bytes[3 * info.block_bytes + at], &bad, 2);
+        std::vector<float> row(cols);
+        info.dequantize(bytes.data() + 2 * info.block_bytes, row.data(), cols);
+        bool finite = true;
+        for (float x : row) finite = finite && std::isfinite(x);
+        StoredTensor src{"t",
+                         static_cast<uint32_t>(type),
+                         2,
+                         cols,
+                         reinterpret_cast<const uint8_t*>(bytes.data()),
+                         bytes.size()};
+        ModelWeights w;
+        absl::StatusOr<WeightTensor> t =
+            MaterializeTensor(src, static_cast<quant::Type>(type), w);
+        EXPECT_EQ(t.ok(), finite)
+            << info.name << " half 0x" << std::hex << bad << " at byte "
+            << std::dec << at << ": " << t.status();
+        if (!t.ok()) {
+          ++rejected;
+          EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+          EXPECT_THAT(std::string(t.status().message()),
+                      HasSubstr("block 3 (row 1, columns "));
+        }
+      }
+    }
+    EXPECT_GT(rejected, 0) << info.name;
+  }
 }
 
 }  // namespace

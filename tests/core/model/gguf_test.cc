@@ -1,9 +1,15 @@
 #include "core/model/gguf.h"
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/model/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -176,6 +182,20 @@ TEST(GgufTest, EveryTruncationIsAnError) {
     EXPECT_FALSE(g.ok()) << "accepted a file cut to " << n << " bytes";
   }
   EXPECT_TRUE(ParseBytes(good.substr(0, needed)).ok());
+  // The error names the tensor, the bytes it needs and what is missing.
+  absl::StatusOr<GgufFile> g = ParseBytes(good.substr(0, needed - 5));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(g.status().message());
+  EXPECT_THAT(message, HasSubstr("test.gguf: tensor 'mat'"));
+  EXPECT_THAT(message, HasSubstr(absl::StrFormat("needs bytes [%d, %d)",
+                                                 mat->file_offset, needed)));
+  EXPECT_THAT(message,
+              HasSubstr(absl::StrFormat("runs past the end of the %d-byte "
+                                        "file by 5 bytes",
+                                        needed - 5)));
+  EXPECT_THAT(message, HasSubstr(absl::StrFormat("info at byte offset %d",
+                                                 mat->info_offset)));
 }
 
 TEST(GgufTest, RejectsBadTensorsAndMetadata) {
@@ -235,6 +255,34 @@ TEST(MappedFileTest, OpenErrors) {
   EXPECT_EQ(MappedFile::Open("/nonexistent/model.gguf").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_FALSE(MappedFile::Open("/").ok());
+  EXPECT_EQ(MappedFile::Read("/nonexistent/model.gguf").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(MappedFile::Read("/").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MappedFileTest, ReadHoldsTheSameBytesAsAMappingAndOwnsThem) {
+  const std::string path = ::testing::TempDir() + "kvserve_mapped_file_" +
+                           std::to_string(::getpid()) + ".gguf";
+  const std::string bytes = EveryTypeWriter(64).Serialize();
+  ASSERT_TRUE(EveryTypeWriter(64).WriteFile(path).ok());
+  absl::StatusOr<std::shared_ptr<const MappedFile>> mapped =
+      MappedFile::Open(path);
+  absl::StatusOr<std::shared_ptr<const MappedFile>> read =
+      MappedFile::Read(path);
+  ASSERT_TRUE(mapped.ok() && read.ok());
+  EXPECT_EQ((*mapped)->bytes(), bytes);
+  EXPECT_EQ((*read)->bytes(), bytes);
+  EXPECT_EQ((*read)->name(), path);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*read)->data()) % 4096, 0u);
+  mapped->reset();
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  EXPECT_EQ((*read)->bytes(), bytes);
+  absl::StatusOr<std::shared_ptr<const MappedFile>> empty =
+      MappedFile::Read(path);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->size(), 0u);
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -1,11 +1,17 @@
 #include "core/model/loader.h"
 
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/model/gguf_random_model.h"
 #include "core/model/gguf_writer.h"
+#include "core/model/model.h"
 #include "core/util/bf16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -188,6 +194,121 @@ TEST(LoaderTest, OptionErrors) {
   o = Bin();
   o.tokenizer_path = Models() + "stories260K.gguf";
   EXPECT_FALSE(LoadModel(o).ok());
+}
+
+LoadOptions At(const std::string& path, bool no_mmap = false) {
+  LoadOptions o;
+  o.model_path = path;
+  o.no_mmap = no_mmap;
+  return o;
+}
+
+// A made model written to a file of its own (per process: ctest runs the
+// /avx2 variant of a test at the same time), removed at the end.
+class ModelFile {
+ public:
+  explicit ModelFile(const std::string& tag)
+      : path_(::testing::TempDir() + "kvserve_" + tag + "_" +
+              std::to_string(::getpid()) + ".gguf") {
+    RandomModelOptions o;
+    o.dtype = "q8_0";
+    o.dim = 64;
+    o.hidden_dim = 128;
+    absl::StatusOr<std::unique_ptr<GgufWriter>> w = MakeRandomModel(o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (w.ok()) {
+      EXPECT_TRUE((*w)->WriteFile(path_).ok());
+    }
+  }
+  ~ModelFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+  void Truncate(off_t size) const {
+    ASSERT_EQ(::truncate(path_.c_str(), size), 0);
+  }
+
+ private:
+  std::string path_;
+};
+
+// The logits after each token of a short prompt, on a fresh KV cache.
+std::vector<float> PromptLogits(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  std::unique_ptr<BlockPool> pool = *BlockPool::Create(
+      {.n_layers = c.n_layers,
+       .n_kv_heads = c.n_kv_heads,
+       .head_dim = c.head_dim,
+       .block_tokens = 16,
+       .capacity_bytes = 64 * c.KvBytesPerToken(DType::kF32)});
+  std::unique_ptr<Model> model = *Model::Create(&w, pool.get());
+  BlockTable kv(pool.get());
+  const std::vector<int32_t> tokens = {1, 72, 101, 108, 108, 111};
+  std::vector<float> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_TRUE(kv.Extend(i + 1).ok());
+    const SeqChunk chunk{&kv, static_cast<int64_t>(i),
+                         absl::MakeConstSpan(&tokens[i], 1), true};
+    absl::StatusOr<absl::Span<const float>> logits = model->Forward({chunk});
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (logits.ok()) out.insert(out.end(), logits->begin(), logits->end());
+  }
+  return out;
+}
+
+TEST(LoaderTest, NoMmapSurvivesTheFileBeingTruncated) {
+  ModelFile file("no_mmap");
+  LoadedModel mapped = MustLoad(At(file.path()));
+  ASSERT_NE(mapped.weights, nullptr);
+  const std::vector<float> want = PromptLogits(*mapped.weights);
+  mapped = {};  // unmapped before the file changes
+  LoadedModel read = MustLoad(At(file.path(), /*no_mmap=*/true));
+  ASSERT_NE(read.weights, nullptr);
+  EXPECT_EQ(read.weights->fingerprint,
+            MustLoad(At(file.path())).weights->fingerprint);
+  // The bytes are the process's own: truncating the file (which would
+  // raise SIGBUS through a mapping) changes nothing.
+  file.Truncate(0);
+  EXPECT_EQ(PromptLogits(*read.weights), want);
+  file.Truncate(4096);
+  EXPECT_EQ(PromptLogits(*read.weights), want);
+}
+
+TEST(LoaderTest, NoMmapErrors) {
+  LoadOptions o;
+  o.model_path = "/nonexistent.gguf";
+  o.no_mmap = true;
+  EXPECT_EQ(LoadModel(o).status().code(), absl::StatusCode::kNotFound);
+  o.model_path = ::testing::TempDir();
+  EXPECT_EQ(LoadModel(o).status().code(), absl::StatusCode::kInvalidArgument);
+  // A file truncated before the load is an error naming a tensor, either
+  // way it is read.
+  ModelFile file("no_mmap_cut");
+  file.Truncate(20000);
+  for (bool no_mmap : {false, true}) {
+    absl::StatusOr<LoadedModel> m = LoadModel(At(file.path(), no_mmap));
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(m.status().message()),
+                HasSubstr("runs past the end of the 20000-byte file"));
+  }
+}
+
+// What --no_mmap is for: a mapped model file truncated under the server
+// kills it at the next forward pass.
+TEST(LoaderDeathTest, TruncatingAMappedModelRaisesSigbus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto truncate_and_run = [] {
+    ModelFile file("mapped_cut");
+    LoadedModel m = MustLoad(At(file.path()));
+    file.Truncate(0);
+    std::remove(file.path().c_str());  // the dying child runs no destructor
+    PromptLogits(*m.weights);
+  };
+#ifdef __SANITIZE_ADDRESS__
+  // AddressSanitizer catches the signal, reports "BUS" and exits.
+  EXPECT_DEATH(truncate_and_run(), "BUS");
+#else
+  EXPECT_EXIT(truncate_and_run(), ::testing::KilledBySignal(SIGBUS), "");
+#endif
 }
 
 }  // namespace

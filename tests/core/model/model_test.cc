@@ -3,9 +3,14 @@
 #include "core/model/model.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "core/model/builtin_model.h"
+#include "core/model/gguf.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -218,5 +223,66 @@ TEST(BuiltinModelTest, IsGqaAndDeterministic) {
   EXPECT_EQ(0,
             std::memcmp(w.data, b->weights->layers[3].w_down.data, w.bytes()));
 }
+// Weights that turn non-finite after the load (the file changed under its
+// mapping) make Forward fail, naming the position, instead of returning
+// NaN logits; the sequences without them still compute.
+TEST(ModelNonFiniteTest, ForwardFailsOnNonFiniteLogits) {
+  auto writer = MakeRandomModel(SmallModel());
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::string bytes = (*writer)->Serialize();
+  auto files =
+      LoadModelFromFile(MappedFile::FromBytes(bytes, "small.gguf"), {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  const ModelConfig& c = files->weights->config;
+  auto pool = BlockPool::Create(
+      {.n_layers = c.n_layers,
+       .n_kv_heads = c.n_kv_heads,
+       .head_dim = c.head_dim,
+       .block_tokens = 4,
+       .capacity_bytes = 64 * c.KvBytesPerToken(DType::kF32) * 4});
+  ASSERT_TRUE(pool.ok());
+  auto model = Model::Create(files->weights.get(), pool->get());
+  ASSERT_TRUE(model.ok()) << model.status();
+
+  // Token 7's embedding row becomes NaN in the bytes the weights point to.
+  auto gguf = GgufFile::Parse(MappedFile::FromBytes(bytes, "small.gguf"));
+  ASSERT_TRUE(gguf.ok());
+  const GgufTensorInfo* embd = gguf->FindTensor("token_embd.weight");
+  ASSERT_NE(embd, nullptr);
+  ASSERT_EQ(embd->type, static_cast<uint32_t>(GgmlType::kF32));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(&bytes[embd->file_offset + 7 * c.dim * sizeof(float)], &nan,
+              sizeof(nan));
+
+  const std::vector<int32_t> clean = {1, 2, 3}, poisoned = {5, 7};
+  const std::vector<int32_t> one_clean = {4}, one_poisoned = {7};
+  // A prefill step, then a decode step of single tokens (the team path
+  // when there are threads).
+  for (bool decode : {false, true}) {
+    BlockTable a(pool->get()), b(pool->get());
+    ASSERT_TRUE(a.Extend(3).ok());
+    ASSERT_TRUE(b.Extend(2).ok());
+    std::vector<SeqChunk> step = {{&a, 0, clean, true},
+                                  {&b, 0, poisoned, true}};
+    if (decode) {
+      const std::vector<SeqChunk> prefill = {
+          {&a, 0, absl::MakeConstSpan(clean).subspan(0, 2), false},
+          {&b, 0, absl::MakeConstSpan(poisoned).subspan(0, 1), true}};
+      ASSERT_TRUE((*model)->Forward(prefill).ok());
+      step = {{&a, 2, one_clean, true}, {&b, 1, one_poisoned, true}};
+    }
+    auto logits = (*model)->Forward(step);
+    ASSERT_FALSE(logits.ok()) << "decode " << decode;
+    EXPECT_EQ(logits.status().code(), absl::StatusCode::kInternal);
+    const std::string message(logits.status().message());
+    EXPECT_THAT(message, ::testing::HasSubstr("non-finite logits (NaN)"));
+    EXPECT_THAT(message, ::testing::HasSubstr("at position 1"));
+    EXPECT_THAT(message, ::testing::HasSubstr("weights may be corrupt"));
+    // Without the poisoned sequence, the same step computes.
+    step.pop_back();
+    EXPECT_TRUE((*model)->Forward(step).ok()) << "decode " << decode;
+  }
+}
+
 }  // namespace
 }  // namespace kvserve

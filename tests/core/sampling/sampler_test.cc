@@ -316,5 +316,89 @@ TEST(ComputeLogprobsTest, TopNOfLargeVocabulary) {
   }
 }
 
+// Logits a corrupt model could produce: every sampling mode and the
+// logprobs return a token of the vocabulary and never abort.
+const float kNan = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+const std::vector<std::vector<float>> kNonFiniteLogits = {
+    {kNan, kNan, kNan, kNan},  {-kInf, -kInf, -kInf},
+    {kNan, -kInf, kNan},       {1.0f, kInf, 0.0f, kInf},
+    {kNan, kInf, -kInf, 2.0f}, {kNan, 1.0f, kNan, 0.5f, -kInf},
+    {kInf, kInf, kInf, kInf},  {kNan}};
+
+TEST(SamplerTest, NonFiniteLogitsGiveATokenOfTheVocabulary) {
+  const SamplingOptions modes[] = {
+      {},
+      {.temperature = 1.0f, .seed = 1},
+      {.temperature = 0.7f, .top_k = 2},
+      {.temperature = 1.0f, .top_p = 0.5f},
+      {.temperature = 2.0f, .top_k = 3, .top_p = 0.9f}};
+  for (const std::vector<float>& logits : kNonFiniteLogits) {
+    const bool has_pos_inf =
+        std::find(logits.begin(), logits.end(), kInf) != logits.end();
+    const bool all_nan = std::all_of(logits.begin(), logits.end(),
+                                     [](float x) { return std::isnan(x); });
+    for (const SamplingOptions& o : modes) {
+      Sampler sampler(o);
+      for (int i = 0; i < 50; ++i) {
+        const int32_t id = sampler.Sample(logits);
+        ASSERT_GE(id, 0);
+        ASSERT_LT(id, static_cast<int32_t>(logits.size()));
+        if (has_pos_inf) {
+          EXPECT_EQ(logits[id], kInf);
+        }
+        if (!all_nan) {
+          EXPECT_FALSE(std::isnan(logits[id]));
+        }
+      }
+    }
+  }
+}
+
+TEST(ComputeLogprobsTest, NonFiniteLogitsNeverAbort) {
+  for (const std::vector<float>& logits : kNonFiniteLogits) {
+    for (int32_t chosen = 0; chosen < static_cast<int32_t>(logits.size());
+         ++chosen) {
+      const Logprobs lp = ComputeLogprobs(logits, chosen, kMaxTopLogprobs);
+      EXPECT_FALSE(std::isnan(lp.chosen));
+      EXPECT_LE(lp.chosen, 0.0f);
+      ASSERT_EQ(lp.top.size(), logits.size());
+      for (size_t i = 0; i < lp.top.size(); ++i) {
+        EXPECT_FALSE(std::isnan(lp.top[i].logprob));
+        if (i > 0) {
+          EXPECT_LE(lp.top[i].logprob, lp.top[i - 1].logprob);
+        }
+      }
+    }
+  }
+}
+
+TEST(ComputeLogprobsTest, NonFiniteLogitsFollowTheLimitOfSoftmax) {
+  // +inf logits share the mass; everything else gets none.
+  Logprobs lp = ComputeLogprobs({1.0f, kInf, kNan, kInf}, 0, 4);
+  EXPECT_EQ(lp.chosen, -kInf);
+  ASSERT_EQ(lp.top.size(), 4u);
+  EXPECT_EQ(lp.top[0].token_id, 1);
+  EXPECT_EQ(lp.top[1].token_id, 3);
+  EXPECT_FLOAT_EQ(lp.top[0].logprob, -std::log(2.0f));
+  EXPECT_FLOAT_EQ(lp.top[1].logprob, -std::log(2.0f));
+  EXPECT_EQ(lp.top[2].token_id, 0);
+  EXPECT_EQ(lp.top[3].token_id, 2);  // NaN ranks last, as -inf
+  EXPECT_EQ(lp.top[3].logprob, -kInf);
+  // NaN counts as -inf: the finite logits are normalised among themselves.
+  const std::vector<double> ref = ReferenceLogSoftmax({1.0f, 0.5f});
+  lp = ComputeLogprobs({kNan, 1.0f, kNan, 0.5f}, 3, 1);
+  EXPECT_NEAR(lp.chosen, ref[1], 1e-6);
+  EXPECT_EQ(lp.top[0].token_id, 1);
+  EXPECT_NEAR(lp.top[0].logprob, ref[0], 1e-6);
+  EXPECT_EQ(ComputeLogprobs({kNan, 1.0f}, 0, 0).chosen, -kInf);
+  // No token is more likely than another: uniform.
+  lp = ComputeLogprobs({kNan, -kInf, kNan, kNan}, 2, 2);
+  EXPECT_FLOAT_EQ(lp.chosen, -std::log(4.0f));
+  EXPECT_FLOAT_EQ(lp.top[0].logprob, -std::log(4.0f));
+  EXPECT_EQ(lp.top[0].token_id, 1);  // NaN still ranks below -inf
+  EXPECT_EQ(lp.top[1].token_id, 0);
+}
+
 }  // namespace
 }  // namespace kvserve
