@@ -144,13 +144,21 @@ void Engine::ListSessions(std::string owner, bool all_owners,
 
 void Engine::DeleteSession(std::string id, std::string owner,
                            Callback<bool> done) {
-  Reply<bool>(std::move(done), [=, this]() -> absl::StatusOr<bool> {
+  Post([=, this, done = std::move(done)](absl::Status accepted) mutable {
+    if (!accepted.ok()) return std::move(done)(accepted);
     absl::StatusOr<Session*> s = tiers_->FindIdle(id, owner);
-    if (!s.ok()) return s.status();
+    if (!s.ok()) return std::move(done)(s.status());
     sessions_->Delete(id);
-    tiers_->Remove(id);
     if (observer_) observer_->OnEviction("deleted");
-    return true;
+    // Replicas sharing the directory see the deletion once this replies.
+    tiers_->Remove(
+        id,
+        OnEngineThread([done = std::move(done)](absl::Status removed) mutable {
+          if (!removed.ok() && !absl::IsCancelled(removed)) {
+            return std::move(done)(removed);
+          }
+          std::move(done)(true);
+        }));
   });
 }
 

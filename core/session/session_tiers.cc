@@ -73,7 +73,7 @@ class Writer {
 
   // Cancels the session's queued writes (not one already running) and
   // queues the removal of its files.
-  void EnqueueRemove(std::string id) {
+  void EnqueueRemove(std::string id, SessionTiers::Done done) {
     absl::MutexLock lock(&mu_);
     for (Write& w : queue_) {
       if (w.id != id || w.cancelled) continue;
@@ -82,6 +82,7 @@ class Writer {
       w.snapshot.reset();
     }
     Write remove{.kind = Write::Kind::kRemove, .id = std::move(id)};
+    remove.done = std::move(done);
     remove.ticket = next_ticket_++;
     removing_[remove.id] = remove.ticket;
     queue_.push_back(std::move(remove));
@@ -532,11 +533,14 @@ void SessionTiers::Truncate(Session& s, Done done) {
   m.LogChanges(s, *d, /*warn_on_failure=*/false, std::move(done));
 }
 
-void SessionTiers::Remove(std::string_view id) {
+void SessionTiers::Remove(std::string_view id, Done done) {
   Impl& m = *impl_;
-  if (m.writer == nullptr) return;
+  if (m.writer == nullptr) {
+    if (done) std::move(done)(absl::OkStatus());
+    return;
+  }
   m.durable.erase(AbslView(id));
-  m.writer->EnqueueRemove(std::string(id));
+  m.writer->EnqueueRemove(std::string(id), std::move(done));
 }
 
 bool SessionTiers::SpillLeastRecentlyUsed() {

@@ -127,8 +127,9 @@ class SessionTiers {
   // that may hold positions past the new end.
   void Truncate(Session& s, Done done);
   // Deletes a session's files (not the in-memory session), after cancelling
-  // its queued writes; a failure is warned about.
-  void Remove(std::string_view id);
+  // its queued writes; a failure is warned about. `done`, if any, runs once
+  // the files are gone (at once without a directory).
+  void Remove(std::string_view id, Done done = nullptr);
 
   // Frees the least recently used idle session's KV blocks, snapshotting
   // them first when durable (unless its snapshot already holds those
