@@ -7,14 +7,16 @@
 # Stage "build" compiles kvserve and kvctl with Debian's -dev packages. The
 # runtime stage is bookworm-slim plus only the shared-library packages the two
 # binaries link (found with ldd in the build stage), runs as an unprivileged
-# user, listens on 0.0.0.0 (gRPC 50051, metrics 9464) and keeps sessions in
+# user, listens on 0.0.0.0 (gRPC 50051 in plaintext, --insecure: TLS ends in
+# front of it; metrics 9464) and keeps sessions in
 # /var/lib/kvserve/sessions (a volume). Every flag can be set as an
 # environment variable KVSERVE_<FLAG> (e.g. -e KVSERVE_KV_CACHE_BYTES=...).
 # SIGTERM drains in-flight streams for --shutdown_grace_seconds, then exits 0.
 
 FROM debian:bookworm AS build
 ARG DEBIAN_FRONTEND=noninteractive
-# The Makefile's DEPS (tests and benchmarks configure but are not built here),
+# The Makefile's DEPS (tests and benchmarks configure but are not built here;
+# openssl, the command the TLS tests make certificates with, is left out),
 # plus what libdnnl-dev's CMake config needs (OpenCL headers and library: only
 # recommended by the package, so --no-install-recommends leaves them out) and
 # ccache for builds that mount a compiler cache.
@@ -25,7 +27,7 @@ RUN apt-get update -q \
       libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev \
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev \
-      libxxhash-dev \
+      libxxhash-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -63,7 +65,13 @@ RUN apt-get update -q \
  && chown -R kvserve:kvserve /var/lib/kvserve
 COPY --from=build /out/kvserve /out/kvctl /usr/local/bin/
 
+# Plaintext gRPC on 0.0.0.0 needs KVSERVE_INSECURE=1: TLS terminates at the
+# router or service mesh in front of the container. To serve TLS from the
+# container itself, mount a certificate and set KVSERVE_TLS_CERT and
+# KVSERVE_TLS_KEY (then KVSERVE_INSECURE has no effect; the HEALTHCHECK
+# below speaks plaintext, so replace it). API keys: KVSERVE_API_KEYS_FILE.
 ENV KVSERVE_LISTEN=0.0.0.0:50051 \
+    KVSERVE_INSECURE=1 \
     KVSERVE_METRICS_LISTEN=0.0.0.0:9464 \
     KVSERVE_SESSION_DIR=/var/lib/kvserve/sessions
 USER 10001:10001

@@ -3,7 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -17,9 +21,65 @@ constexpr absl::Duration kDefaultUnaryTimeout = absl::Seconds(30);
 // Large enough for the token history of any context GetSession returns.
 constexpr int kMaxReceiveMessageBytes = 64 << 20;
 
-void PrepareContext(grpc::ClientContext* context, const CallOptions& options,
-                    absl::string_view session_id,
-                    absl::Duration default_timeout) {
+absl::StatusOr<std::string> ReadPemFile(const char* what,
+                                        const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot read the ", what, " file ", path, ": ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the ", what, " file ", path));
+  }
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(
+    const ConnectOptions& options) {
+  if (!options.tls()) return grpc::InsecureChannelCredentials();
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs both tls_cert_file and tls_key_file "
+        "(kvctl: both --tls_cert and --tls_key)");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.tls_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadPemFile("CA", options.tls_ca_file);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *std::move(ca);
+  }
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadPemFile("client certificate", options.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadPemFile("client key", options.tls_key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+// Printable ASCII without surrounding spaces: what gRPC sends as a
+// metadata value and the server reads back unchanged.
+bool IsSendableKey(absl::string_view key) {
+  if (key.empty() || key.front() == ' ' || key.back() == ' ') return false;
+  for (char c : key) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Client::PrepareContext(grpc::ClientContext* context,
+                            const CallOptions& options,
+                            absl::string_view session_id,
+                            absl::Duration default_timeout) const {
   const absl::Duration timeout = options.timeout.value_or(default_timeout);
   // Beyond a year a deadline means "none" (and avoids clock overflow).
   if (timeout < absl::Hours(24 * 365)) {
@@ -30,9 +90,11 @@ void PrepareContext(grpc::ClientContext* context, const CallOptions& options,
   if (!session_id.empty()) {
     context->AddMetadata(kSessionIdMetadataKey, std::string(session_id));
   }
+  if (!api_key_.empty()) {
+    context->AddMetadata(kAuthorizationMetadataKey,
+                         absl::StrCat("Bearer ", api_key_));
+  }
 }
-
-}  // namespace
 
 // Attaches a context to a Cancellation for the scope of one call.
 class CancellationScope {
@@ -109,7 +171,7 @@ absl::Status ToAbslStatus(const grpc::Status& status) {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
-    absl::string_view address) {
+    absl::string_view address, const ConnectOptions& options) {
   if (address.empty()) {
     return absl::InvalidArgumentError("empty server address");
   }
@@ -117,19 +179,27 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("invalid server address \"", address, "\""));
   }
+  if (!options.api_key.empty() && !IsSendableKey(options.api_key)) {
+    return absl::InvalidArgumentError(
+        "the API key must be printable ASCII without surrounding spaces");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeCredentials(options);
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      std::string(address), grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(std::string(address), *credentials, args);
   if (channel == nullptr) {
     return absl::InternalError(
         absl::StrCat("cannot create a channel to ", address));
   }
-  return std::make_unique<Client>(std::move(channel));
+  return std::make_unique<Client>(std::move(channel), options.api_key);
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel)
+Client::Client(std::shared_ptr<grpc::Channel> channel, std::string api_key)
     : channel_(std::move(channel)),
+      api_key_(std::move(api_key)),
       inference_(v1::Inference::NewStub(channel_)),
       health_(::grpc::health::v1::Health::NewStub(channel_)) {}
 
@@ -160,9 +230,11 @@ absl::StatusOr<v1::ModelInfo> Client::GetModelInfo(const CallOptions& options) {
 absl::StatusOr<v1::Session> Client::CreateSession(
     const v1::CreateSessionRequest& request, const CallOptions& options) {
   // The client names the session, so that its very first call is routed
-  // like every later one.
+  // like every later one; but a server with API keys names its sessions.
   v1::CreateSessionRequest named = request;
-  if (named.session_id().empty()) named.set_session_id(NewSessionId());
+  if (named.session_id().empty() && api_key_.empty()) {
+    named.set_session_id(NewSessionId());
+  }
   return Unary<v1::Session>(
       options, named.session_id(),
       [&](grpc::ClientContext* context, v1::Session* response) {

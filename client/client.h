@@ -5,8 +5,11 @@
 // with the same code and message. Session-scoped calls send the session id in
 // the `x-session-id` metadata so a router can pin a session to one replica.
 // CreateSession names the new session itself (NewSessionId) unless the
-// request does, and sends that id too. Calls without a session
-// (ListSessions, GetModelInfo, an ephemeral Generate, ...) send none.
+// request does or the client has an API key (a server with API keys refuses
+// client-chosen ids), and sends that id too. Calls without a session
+// (ListSessions, GetModelInfo, an ephemeral Generate, ...) send none. With
+// an API key every call, health checks included, sends
+// `authorization: Bearer KEY`.
 //
 // Thread-safety: a Client is safe to use from many threads at once (the
 // underlying channel and stubs are). A Cancellation may be triggered from any
@@ -32,6 +35,8 @@ namespace kvserve {
 
 // The metadata key that carries the session id of session-scoped calls.
 inline constexpr char kSessionIdMetadataKey[] = "x-session-id";
+// The metadata key that carries "Bearer KEY".
+inline constexpr char kAuthorizationMetadataKey[] = "authorization";
 
 // Cancels the calls it is attached to: those running when Cancel() is called
 // and every later one (they fail at once with CANCELLED). Thread-safe; one
@@ -67,6 +72,23 @@ struct CallOptions {
   Cancellation* cancellation = nullptr;
 };
 
+// How Connect reaches the server.
+struct ConnectOptions {
+  // TLS when any of the three is set. PEM files: the CA certificates that
+  // verify the server (empty: the system's roots), and a client
+  // certificate chain with its key for mutual TLS (both or neither).
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Sent as "authorization: Bearer KEY" on every call; empty: none.
+  std::string api_key;
+
+  bool tls() const {
+    return !tls_ca_file.empty() || !tls_cert_file.empty() ||
+           !tls_key_file.empty();
+  }
+};
+
 enum class ServingStatus { kServing, kNotServing };
 
 absl::string_view ServingStatusName(ServingStatus status);
@@ -85,12 +107,18 @@ class Client {
   // Return false to cancel the stream (Generate then returns CANCELLED).
   using TokenCallback = std::function<bool(const v1::GeneratedToken& token)>;
 
-  // An insecure channel to `address` ("host:port"). The channel connects
-  // lazily: an unreachable server shows up as UNAVAILABLE on the first call.
+  // A channel to `address` ("host:port"), plaintext unless `options` asks
+  // for TLS. The channel connects lazily: an unreachable server, or one
+  // whose TLS handshake fails, shows up as UNAVAILABLE on the first call.
+  // INVALID_ARGUMENT for a bad address, an unreadable PEM file (named), a
+  // client certificate without its key or the reverse, or an API key that
+  // cannot be sent as metadata (the key itself is never in the message).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
-      absl::string_view address);
-  // Over an existing channel (tests, custom credentials).
-  explicit Client(std::shared_ptr<grpc::Channel> channel);
+      absl::string_view address, const ConnectOptions& options = {});
+  // Over an existing channel (tests, custom credentials); `api_key` as in
+  // ConnectOptions.
+  explicit Client(std::shared_ptr<grpc::Channel> channel,
+                  std::string api_key = "");
 
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -134,7 +162,12 @@ class Client {
   absl::StatusOr<Response> Unary(const CallOptions& options,
                                  absl::string_view session_id, Call&& call);
 
+  void PrepareContext(grpc::ClientContext* context, const CallOptions& options,
+                      absl::string_view session_id,
+                      absl::Duration default_timeout) const;
+
   std::shared_ptr<grpc::Channel> channel_;
+  const std::string api_key_;
   std::unique_ptr<v1::Inference::Stub> inference_;
   std::unique_ptr<::grpc::health::v1::Health::Stub> health_;
 };

@@ -40,7 +40,19 @@ ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "Server address, HOST:PORT.");
 ABSL_FLAG(std::optional<absl::Duration>, timeout, std::nullopt,
           "Deadline of each call, e.g. 10s or 500ms. Default: 2s for health, "
           "none for generate, 30s otherwise.");
-ABSL_FLAG(std::string, owner, "", "Owner label sent with session calls.");
+ABSL_FLAG(std::string, owner, "",
+          "Owner label sent with session calls (with an API key the key "
+          "decides the owner: leave it empty).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "Connect over TLS, verifying the server against these PEM CA "
+          "certificates.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain for mutual TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, api_key, "",
+          "API key sent as `authorization: Bearer KEY` on every call. "
+          "Default: the environment variable KVSERVE_API_KEY (which, unlike "
+          "the flag, other users cannot see in the process list).");
 ABSL_FLAG(bool, json, false,
           "Print JSON (one object per line) instead of text.");
 ABSL_FLAG(std::optional<int64_t>, ttl_seconds, std::nullopt,
@@ -97,6 +109,10 @@ Commands:
                                         {"finish_reason", "usage", "timings"}
   tokenize [--add_bos] TEXT             token ids and pieces
   detokenize ID...                      the text of the token ids
+
+Connection: --addr=HOST:PORT; --tls_ca=FILE for TLS (--tls_cert=FILE and
+--tls_key=FILE add a client certificate); --api_key=KEY or the environment
+variable KVSERVE_API_KEY for a server with API keys.
 
 Several TEXT words are joined with single spaces; use -- before text that
 starts with a dash. An empty PROMPT with --session continues generation.
@@ -613,11 +629,18 @@ int Main(int argc, char** argv) {
 
   Cancellation cancellation;
   SignalWatcher watcher(&cancellation);
-  absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Connect(absl::GetFlag(FLAGS_addr));
-  if (!client.ok()) {
-    return UsageError(absl::StrCat("--addr: ", client.status().message()));
+  ConnectOptions connect;
+  connect.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  connect.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  connect.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  connect.api_key = absl::GetFlag(FLAGS_api_key);
+  if (const char* key = std::getenv("KVSERVE_API_KEY");
+      connect.api_key.empty() && key != nullptr) {
+    connect.api_key = key;
   }
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(absl::GetFlag(FLAGS_addr), connect);
+  if (!client.ok()) return UsageError(client.status().message());
   Commands commands(client->get(), &cancellation);
   return commands.Run(args);
 }

@@ -2,6 +2,8 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -69,6 +71,12 @@ class UnaryCall {
 
 // Streams one Generate: one write outstanding, the next from OnWriteDone;
 // Finish once, after the engine's OnFinish and the writes before it.
+//
+// As soon as the final write or Finish is started, gRPC may run OnDone,
+// which deletes the reactor, on another thread; the engine's OnFinish is
+// no gRPC reaction, so gRPC does not wait for it to return. Hence every
+// caller decides under mu_ what to start (NextLocked) and starts it only
+// after releasing mu_ (Run), as the last thing it does with `this`.
 class GenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateResponse>,
       public TokenSink {
@@ -96,36 +104,48 @@ class GenerateReactor final
   void OnToken(GeneratedToken token) override {
     v1::GenerateResponse response;
     ToProto(token, *tokenizer_, response.mutable_token());
-    absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(response));
-    MaybeWriteLocked();
+    Next next;
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.push_back(std::move(response));
+      next = NextLocked();
+    }
+    Run(next);
   }
 
   void OnFinish(absl::StatusOr<GenerateResult> result) override {
-    absl::MutexLock lock(&mu_);
-    if (result.ok()) {
-      if (result->finish_reason == FinishReason::kCancelled) {
-        status_ = absl::CancelledError("the request was cancelled");
+    Next next;
+    {
+      absl::MutexLock lock(&mu_);
+      if (result.ok()) {
+        if (result->finish_reason == FinishReason::kCancelled) {
+          status_ = absl::CancelledError("the request was cancelled");
+        } else {
+          ToProto(*result, final_.mutable_final());
+        }
       } else {
-        ToProto(*result, final_.mutable_final());
+        status_ = result.status();
       }
-    } else {
-      status_ = result.status();
+      engine_done_ = true;
+      next = NextLocked();
     }
-    engine_done_ = true;
-    MaybeWriteLocked();
+    Run(next);
   }
 
   // gRPC reactions.
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (!ok) {
-      broken_ = true;  // the client is gone: stop generating
-      queue_.clear();
-      if (call_) call_->Cancel();
+    Next next;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) {
+        broken_ = true;  // the client is gone: stop generating
+        queue_.clear();
+        if (call_) call_->Cancel();
+      }
+      next = NextLocked();
     }
-    MaybeWriteLocked();
+    Run(next);
   }
 
   void OnCancel() override {
@@ -141,21 +161,33 @@ class GenerateReactor final
   }
 
  private:
-  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_) return;
+  // What to start once mu_ is released.
+  struct Next {
+    enum class Op { kNothing, kWrite, kWriteAndFinish, kFinish };
+    Op op = Op::kNothing;
+    // kWrite, kWriteAndFinish: current_ or final_, which no one else
+    // touches until the write is done.
+    const v1::GenerateResponse* message = nullptr;
+    grpc::Status status;  // kFinish
+  };
+
+  Next NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return {};
     if (!queue_.empty()) {
       current_ = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;
-      StartWrite(&current_);
-      return;
+      return {.op = Next::Op::kWrite,
+              .message = &current_,
+              .status = grpc::Status::OK};
     }
-    if (!engine_done_) return;
+    if (!engine_done_) return {};
     finished_ = true;
     if (status_.ok() && !broken_ && !context_->IsCancelled()) {
       code_ = grpc::StatusCode::OK;
-      StartWriteAndFinish(&final_, grpc::WriteOptions(), grpc::Status::OK);
-      return;
+      return {.op = Next::Op::kWriteAndFinish,
+              .message = &final_,
+              .status = grpc::Status::OK};
     }
     grpc::Status s = ToGrpcStatus(
         status_.ok() ? absl::CancelledError("the request was cancelled")
@@ -164,7 +196,26 @@ class GenerateReactor final
     if (absl::IsResourceExhausted(status_)) {
       metrics_->RecordRejected(RejectionReason(status_));
     }
-    Finish(s);
+    return {
+        .op = Next::Op::kFinish, .message = nullptr, .status = std::move(s)};
+  }
+
+  // REQUIRES: mu_ not held. After a finishing op `this` may be gone.
+  void Run(const Next& next) ABSL_LOCKS_EXCLUDED(mu_) {
+    switch (next.op) {
+      case Next::Op::kNothing:
+        return;
+      case Next::Op::kWrite:
+        StartWrite(next.message);
+        return;
+      case Next::Op::kWriteAndFinish:
+        StartWriteAndFinish(next.message, grpc::WriteOptions(),
+                            grpc::Status::OK);
+        return;
+      case Next::Op::kFinish:
+        Finish(next.status);
+        return;
+    }
   }
 
   grpc::CallbackServerContext* const context_;
@@ -183,7 +234,9 @@ class GenerateReactor final
   bool engine_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::StatusCode code_ = grpc::StatusCode::OK;  // set before Finish
+  // Set under mu_ before the finishing op; read by OnDone, which gRPC runs
+  // after that op.
+  grpc::StatusCode code_ = grpc::StatusCode::OK;
 };
 
 // Finishes an Append once the engine has prefilled it, with the session
@@ -217,16 +270,33 @@ class AppendSink final : public TokenSink {
 }  // namespace
 
 InferenceService::InferenceService(Engine* engine, const ModelWeights* weights,
-                                   const Tokenizer* tokenizer, Metrics* metrics)
+                                   const Tokenizer* tokenizer, Metrics* metrics,
+                                   const Authenticator* auth)
     : engine_(engine),
       weights_(weights),
       tokenizer_(tokenizer),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      auth_(auth) {}
+
+absl::StatusOr<Caller> InferenceService::Authenticate(
+    const grpc::CallbackServerContext* context,
+    std::string_view requested_owner) const {
+  std::optional<std::string_view> authorization;
+  const auto& metadata = context->client_metadata();
+  if (auto it = metadata.find(Authenticator::kMetadataKey);
+      it != metadata.end()) {
+    authorization.emplace(it->second.data(), it->second.size());
+  }
+  return auth_->Authenticate(authorization, requested_owner);
+}
 
 grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
     grpc::CallbackServerContext* context, const v1::GetModelInfoRequest*,
     v1::ModelInfo* response) {
   UnaryCall call(context, metrics_, "GetModelInfo");
+  if (absl::StatusOr<Caller> caller = Authenticate(context, ""); !caller.ok()) {
+    return call.Finish(caller.status());
+  }
   const ModelConfig& c = weights_->config;
   response->set_name(weights_->name);
   response->set_architecture("llama");
@@ -259,10 +329,18 @@ grpc::ServerUnaryReactor* InferenceService::CreateSession(
     grpc::CallbackServerContext* context,
     const v1::CreateSessionRequest* request, v1::Session* response) {
   UnaryCall call(context, metrics_, "CreateSession");
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
+  // An id already taken by another owner would answer ALREADY_EXISTS, and
+  // so reveal that the session exists.
+  if (auth_->keys_required() && !request->session_id().empty()) {
+    return call.Finish(absl::InvalidArgumentError(
+        "client-chosen session ids are refused when --api_keys_file is set"));
+  }
   auto ttl = TtlFromProto(request->has_ttl_seconds(), request->ttl_seconds());
   if (!ttl.ok()) return call.Finish(ttl.status());
   CreateSessionParams params{.id = request->session_id(),
-                             .owner = request->owner(),
+                             .owner = caller->owner,
                              .ttl = *ttl,
                              .initial = FromProto(request->initial())};
   engine_->CreateSession(
@@ -276,8 +354,10 @@ grpc::ServerUnaryReactor* InferenceService::GetSession(
     grpc::CallbackServerContext* context, const v1::GetSessionRequest* request,
     v1::Session* response) {
   UnaryCall call(context, metrics_, "GetSession");
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
   engine_->GetSession(
-      request->session_id(), request->owner(), request->include_tokens(),
+      request->session_id(), caller->owner, request->include_tokens(),
       call.Reply<SessionInfo>(
           [response](const SessionInfo& info) { ToProto(info, response); }));
   return call.reactor();
@@ -288,8 +368,10 @@ grpc::ServerUnaryReactor* InferenceService::ListSessions(
     const v1::ListSessionsRequest* request,
     v1::ListSessionsResponse* response) {
   UnaryCall call(context, metrics_, "ListSessions");
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
   engine_->ListSessions(
-      request->owner(), /*all_owners=*/false, request->page_token(),
+      caller->owner, /*all_owners=*/caller->admin, request->page_token(),
       request->page_size(),
       call.Reply<SessionList>([response](const SessionList& list) {
         for (const SessionInfo& info : list.sessions) {
@@ -304,7 +386,9 @@ grpc::ServerUnaryReactor* InferenceService::DeleteSession(
     grpc::CallbackServerContext* context,
     const v1::DeleteSessionRequest* request, v1::DeleteSessionResponse*) {
   UnaryCall call(context, metrics_, "DeleteSession");
-  engine_->DeleteSession(request->session_id(), request->owner(),
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
+  engine_->DeleteSession(request->session_id(), caller->owner,
                          call.Reply<bool>([](bool) {}));
   return call.reactor();
 }
@@ -313,10 +397,12 @@ grpc::ServerUnaryReactor* InferenceService::ForkSession(
     grpc::CallbackServerContext* context, const v1::ForkSessionRequest* request,
     v1::Session* response) {
   UnaryCall call(context, metrics_, "ForkSession");
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
   auto ttl = TtlFromProto(request->has_ttl_seconds(), request->ttl_seconds());
   if (!ttl.ok()) return call.Finish(ttl.status());
   engine_->ForkSession(
-      request->session_id(), request->owner(), *ttl,
+      request->session_id(), caller->owner, *ttl,
       call.Reply<SessionInfo>(
           [response](const SessionInfo& info) { ToProto(info, response); }));
   return call.reactor();
@@ -326,8 +412,10 @@ grpc::ServerUnaryReactor* InferenceService::TruncateSession(
     grpc::CallbackServerContext* context,
     const v1::TruncateSessionRequest* request, v1::Session* response) {
   UnaryCall call(context, metrics_, "TruncateSession");
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
   engine_->TruncateSession(
-      request->session_id(), request->owner(), request->tokens(),
+      request->session_id(), caller->owner, request->tokens(),
       call.Reply<SessionInfo>(
           [response](const SessionInfo& info) { ToProto(info, response); }));
   return call.reactor();
@@ -337,12 +425,14 @@ grpc::ServerUnaryReactor* InferenceService::Append(
     grpc::CallbackServerContext* context, const v1::AppendRequest* request,
     v1::AppendResponse* response) {
   UnaryCall call(context, metrics_, "Append");
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) return call.Finish(caller.status());
   if (request->session_id().empty()) {
     return call.Finish(absl::InvalidArgumentError("Append needs a session_id"));
   }
   GenerateParams params;
   params.session_id = request->session_id();
-  params.owner = request->owner();
+  params.owner = caller->owner;
   params.prompt = FromProto(request->input());
   params.generate = false;
   auto* sink = new AppendSink(call, response);
@@ -353,7 +443,15 @@ grpc::ServerUnaryReactor* InferenceService::Append(
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto* reactor = new GenerateReactor(context, engine_, tokenizer_, metrics_);
-  reactor->Start(FromProto(*request, engine_->options().default_max_tokens));
+  absl::StatusOr<Caller> caller = Authenticate(context, request->owner());
+  if (!caller.ok()) {
+    reactor->Start(caller.status());
+    return reactor;
+  }
+  absl::StatusOr<GenerateParams> params =
+      FromProto(*request, engine_->options().default_max_tokens);
+  if (params.ok()) params->owner = caller->owner;
+  reactor->Start(std::move(params));
   return reactor;
 }
 
@@ -361,6 +459,9 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(
     grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
     v1::TokenizeResponse* response) {
   UnaryCall call(context, metrics_, "Tokenize");
+  if (absl::StatusOr<Caller> caller = Authenticate(context, ""); !caller.ok()) {
+    return call.Finish(caller.status());
+  }
   const bool bos = request->add_bos();
   for (int32_t id : tokenizer_->Encode(
            request->text(),
@@ -376,6 +477,9 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(
     grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
     v1::DetokenizeResponse* response) {
   UnaryCall call(context, metrics_, "Detokenize");
+  if (absl::StatusOr<Caller> caller = Authenticate(context, ""); !caller.ok()) {
+    return call.Finish(caller.status());
+  }
   Utf8StreamDecoder utf8;
   std::string text;
   int32_t prev = -1;

@@ -1,6 +1,12 @@
 // InferenceService: kvserve.v1.Inference on gRPC's callback API. Thin and
-// stateless: validate -> call the engine -> convert the status (status.h)
-// -> record metrics. All state lives in the engine.
+// stateless: authenticate -> validate -> call the engine -> convert the
+// status (status.h) -> record metrics. All state lives in the engine.
+//
+// Every method first resolves its caller (auth.h): with API keys a call
+// without a valid key ends UNAUTHENTICATED, and the owner passed to the
+// engine is always the caller's, never taken from the request unchecked.
+// The check sits here, not in a server-wide interceptor, so that
+// grpc.health.v1 and reflection (probes, generic tools) need no key.
 //
 // Thread-safety: methods run on gRPC's threads and never block; results
 // arrive on the engine thread.
@@ -8,11 +14,13 @@
 #define KVSERVE_SERVER_INFERENCE_SERVICE_H_
 
 #include <string>
+#include <string_view>
 
 #include "core/engine/engine.h"
 #include "core/model/weights.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kvserve/v1/inference.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 
 namespace kvserve {
@@ -21,7 +29,8 @@ class InferenceService final : public v1::Inference::CallbackService {
  public:
   // REQUIRES: every argument outlives the service.
   InferenceService(Engine* engine, const ModelWeights* weights,
-                   const Tokenizer* tokenizer, Metrics* metrics);
+                   const Tokenizer* tokenizer, Metrics* metrics,
+                   const Authenticator* auth);
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
@@ -62,10 +71,15 @@ class InferenceService final : public v1::Inference::CallbackService {
       v1::DetokenizeResponse* response) override;
 
  private:
+  absl::StatusOr<Caller> Authenticate(
+      const grpc::CallbackServerContext* context,
+      std::string_view requested_owner) const;
+
   Engine* engine_;
   const ModelWeights* weights_;
   const Tokenizer* tokenizer_;
   Metrics* metrics_;
+  const Authenticator* auth_;
 };
 
 }  // namespace kvserve

@@ -33,12 +33,14 @@
 #include "grpcpp/server_builder.h"
 #include "kvserve_build_info.h"
 #include "prometheus/exposer.h"
+#include "server/auth.h"
 #include "server/inference_service.h"
 #include "server/kv_budget.h"
 #include "server/metrics.h"
 #include "server/model_source.h"
 #include "server/process_metrics.h"
 #include "server/settings.h"
+#include "server/tls.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (host:port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
@@ -51,6 +53,10 @@ ABSL_FLAG(std::string, weight_dtype, "auto",
           "auto: every matrix as the file stores it (F16, BF16, Q8_0, Q4_K, "
           "... computed in its own format); f32 or bf16: converted once at "
           "load");
+ABSL_FLAG(bool, no_mmap, false,
+          "read the model file into memory instead of mapping it: the file "
+          "may then change or go while served, at the cost of a copy at load "
+          "and the file's size in resident memory");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV cache budget in bytes; 0 = 8 full contexts, at most half of "
           "the free memory (MemAvailable or the cgroup limit), at least one "
@@ -74,6 +80,20 @@ ABSL_FLAG(int32_t, default_max_tokens, 256,
           "max_tokens of a Generate that sets none");
 ABSL_FLAG(double, shutdown_grace_seconds, 10,
           "on SIGTERM, how long in-flight streams may run before cancelled");
+// Security (README.md, "Security").
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve --listen over TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: require client certificates signed by them "
+          "(mutual TLS)");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "file of `OWNER SHA256HEX` lines (the hex SHA-256 of each key): "
+          "every kvserve.v1 call needs `authorization: Bearer KEY` and its "
+          "owner is the key's; reloaded on SIGHUP");
+ABSL_FLAG(bool, insecure, false,
+          "allow plaintext gRPC on a --listen reachable from other machines "
+          "(TLS terminates in front of kvserve: a router or service mesh)");
 
 namespace kvserve {
 namespace {
@@ -116,16 +136,98 @@ int64_t ChooseKvCacheBytes(const ModelConfig& config, DType kv_dtype) {
   return budget.bytes;
 }
 
+// The gRPC port's address, transport credentials and API keys, from the
+// flags. Any error is a bad flag.
+struct Security {
+  HostPort listen;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<Authenticator> auth;
+};
+
+absl::StatusOr<Security> SecurityFromFlags() {
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen);
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: ", hp.status().message()));
+  }
+  const TlsOptions tls{.cert_file = absl::GetFlag(FLAGS_tls_cert),
+                       .key_file = absl::GetFlag(FLAGS_tls_key),
+                       .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca)};
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (absl::Status s =
+          CheckListenSecurity(listen, *hp, tls.enabled(), insecure);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(tls);
+  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Create(
+      {.api_keys_file = absl::GetFlag(FLAGS_api_keys_file)});
+  if (!auth.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api_keys_file: ", auth.status().message()));
+  }
+  if (tls.enabled()) {
+    std::fprintf(stderr, "kvserve: TLS on the gRPC port%s\n",
+                 tls.client_ca_file.empty()
+                     ? ""
+                     : ", client certificates required (mutual TLS)");
+  } else if (!IsLoopbackHost(hp->host)) {
+    std::fprintf(stderr,
+                 "kvserve: warning: --listen=%s serves plaintext gRPC to "
+                 "other machines (--insecure): TLS must terminate in front "
+                 "of kvserve%s\n",
+                 listen.c_str(),
+                 (*auth)->keys_required()
+                     ? ""
+                     : ", and without --api_keys_file anyone who reaches the "
+                       "port can read every owner's sessions");
+  }
+  if ((*auth)->keys_required()) {
+    std::fprintf(stderr, "kvserve: %zu API keys from %s\n",
+                 (*auth)->key_count(),
+                 absl::GetFlag(FLAGS_api_keys_file).c_str());
+  }
+  return Security{.listen = *std::move(hp),
+                  .credentials = *std::move(credentials),
+                  .auth = *std::move(auth)};
+}
+
+// On SIGHUP: the keys file again, or the old keys and why not.
+void ReloadApiKeys(Authenticator& auth) {
+  if (!auth.keys_required()) {
+    std::fprintf(stderr, "kvserve: SIGHUP: no --api_keys_file to reload\n");
+  } else if (absl::Status s = auth.Reload(); s.ok()) {
+    std::fprintf(stderr, "kvserve: SIGHUP: reloaded %zu API keys from %s\n",
+                 auth.key_count(), absl::GetFlag(FLAGS_api_keys_file).c_str());
+  } else {
+    std::fprintf(stderr,
+                 "kvserve: SIGHUP: API keys not reloaded, the %zu keys "
+                 "loaded before stay: %s\n",
+                 auth.key_count(), std::string(s.message()).c_str());
+  }
+  std::fflush(stderr);
+}
+
 int Serve() {
   if (absl::Status s = IsaCapStatus(); !s.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", s.ToString().c_str());
     return 2;
   }
+  // Before the model loads, so that a bad flag stops the server at once.
+  absl::StatusOr<Security> security = SecurityFromFlags();
+  if (!security.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n",
+                 std::string(security.status().message()).c_str());
+    return 2;
+  }
   std::fprintf(stderr, "kvserve: %s; oneDNN ISA %s\n", CpuSummary().c_str(),
                DnnlIsaName().c_str());
-  auto model = LoadServedModel(absl::GetFlag(FLAGS_model),
-                               absl::GetFlag(FLAGS_tokenizer),
-                               absl::GetFlag(FLAGS_weight_dtype));
+  auto model = LoadServedModel(
+      absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer),
+      absl::GetFlag(FLAGS_weight_dtype), absl::GetFlag(FLAGS_no_mmap));
   if (!model.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", model.status().ToString().c_str());
     return 1;
@@ -196,19 +298,14 @@ int Serve() {
   }
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  absl::StatusOr<HostPort> grpc_hp = ParseHostPort(listen);
-  if (!grpc_hp.ok()) {
-    std::fprintf(stderr, "kvserve: --listen: %s\n",
-                 grpc_hp.status().ToString().c_str());
-    return 1;
-  }
   InferenceService service(engine->get(), model->weights.get(),
-                           model->tokenizer.get(), metrics.get());
+                           model->tokenizer.get(), metrics.get(),
+                           security->auth.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, security->credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -217,10 +314,11 @@ int Serve() {
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   std::fprintf(stderr, "kvserve: listening grpc=%s:%d metrics=%s\n",
-               grpc_hp->host.c_str(), port, metrics_address.c_str());
+               security->listen.host.c_str(), port, metrics_address.c_str());
   std::fflush(stderr);
 
-  const int signal = WaitForTerminationSignal();
+  const int signal =
+      WaitForTerminationSignal([&] { ReloadApiKeys(*security->auth); });
   std::fprintf(stderr, "kvserve: signal %d, draining\n", signal);
   server->GetHealthCheckService()->SetServingStatus(false);
   (*engine)->Drain();

@@ -42,23 +42,32 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view address) {
   return hp;
 }
 
-void BlockTerminationSignals() {
+namespace {
+
+sigset_t WaitedSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  const sigset_t set = WaitedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-int WaitForTerminationSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int signal = 0;
-  while (sigwait(&set, &signal) != 0) {
+int WaitForTerminationSignal(const std::function<void()>& on_hangup) {
+  const sigset_t set = WaitedSignals();
+  while (true) {
+    int signal = 0;
+    if (sigwait(&set, &signal) != 0) continue;
+    if (signal != SIGHUP) return signal;
+    if (on_hangup) on_hangup();
   }
-  return signal;
 }
 
 }  // namespace kvserve

@@ -1,8 +1,9 @@
 // Process set-up for the server binary: flags from the environment,
-// listen addresses, termination signals.
+// listen addresses, termination and reload (SIGHUP) signals.
 #ifndef KVSERVE_SERVER_SETTINGS_H_
 #define KVSERVE_SERVER_SETTINGS_H_
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -21,10 +22,12 @@ struct HostPort {
 // "127.0.0.1:50051", "[::1]:0", "0.0.0.0:9464".
 absl::StatusOr<HostPort> ParseHostPort(std::string_view address);
 
-// Blocks SIGTERM and SIGINT in the calling thread and the threads it starts
-// later; WaitForTerminationSignal then receives them.
+// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and the threads
+// it starts later; WaitForTerminationSignal then receives them.
 void BlockTerminationSignals();
-int WaitForTerminationSignal();
+// Returns SIGTERM or SIGINT once one arrives; each SIGHUP before it calls
+// `on_hangup` (if set) on the waiting thread and keeps waiting.
+int WaitForTerminationSignal(const std::function<void()>& on_hangup = nullptr);
 
 }  // namespace kvserve
 

@@ -19,12 +19,13 @@
 namespace kvserve {
 namespace {
 
-// Records each call's x-session-id and deadline; Generate streams what the
-// test scripted.
+// Records each call's x-session-id, authorization and deadline; Generate
+// streams what the test scripted.
 class FakeInference final : public v1::Inference::Service {
  public:
   struct Seen {
     std::optional<std::string> session_id;  // the metadata, if sent
+    std::optional<std::string> authorization;
     std::chrono::system_clock::time_point deadline;
   };
 
@@ -144,6 +145,10 @@ class FakeInference final : public v1::Inference::Service {
     if (it != metadata.end()) {
       seen.session_id = std::string(it->second.data(), it->second.size());
     }
+    it = metadata.find(kAuthorizationMetadataKey);
+    if (it != metadata.end()) {
+      seen.authorization = std::string(it->second.data(), it->second.size());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     seen_[method] = seen;
   }
@@ -165,8 +170,8 @@ class ClientTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port, 0);
-    absl::StatusOr<std::unique_ptr<Client>> client =
-        Client::Connect("127.0.0.1:" + std::to_string(port));
+    address_ = "127.0.0.1:" + std::to_string(port);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(address_);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }
@@ -180,6 +185,7 @@ class ClientTest : public ::testing::Test {
   }
 
   FakeInference service_;
+  std::string address_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Client> client_;
 };
@@ -240,6 +246,38 @@ TEST_F(ClientTest, CallsWithoutASessionSendNoSessionId) {
     ASSERT_TRUE(seen.has_value()) << method;
     EXPECT_FALSE(seen->session_id.has_value()) << method;
   }
+}
+
+TEST_F(ClientTest, WithoutAnApiKeyNoAuthorizationIsSent) {
+  ASSERT_TRUE(client_->GetModelInfo().ok());
+  ASSERT_TRUE(service_.seen("GetModelInfo").has_value());
+  EXPECT_FALSE(service_.seen("GetModelInfo")->authorization.has_value());
+}
+
+TEST_F(ClientTest, AnApiKeyIsSentOnEveryCallAndSessionsAreNotNamed) {
+  ConnectOptions options;
+  options.api_key = "s3cret-key";
+  absl::StatusOr<std::unique_ptr<Client>> keyed =
+      Client::Connect(address_, options);
+  ASSERT_TRUE(keyed.ok()) << keyed.status();
+  Client& client = **keyed;
+  ASSERT_TRUE(client.GetModelInfo().ok());
+  ASSERT_TRUE(client.CreateSession(v1::CreateSessionRequest()).ok());
+  v1::GetSessionRequest get;
+  get.set_session_id("s1");
+  ASSERT_TRUE(client.GetSession(get).ok());
+  ASSERT_TRUE(client.ListSessions(v1::ListSessionsRequest()).ok());
+  ASSERT_TRUE(client.Tokenize(v1::TokenizeRequest()).ok());
+  ASSERT_TRUE(client.Generate(v1::GenerateRequest(), nullptr).ok());
+  EXPECT_TRUE(client.Health().ok());
+  for (const char* method : {"GetModelInfo", "CreateSession", "GetSession",
+                             "ListSessions", "Tokenize", "Generate"}) {
+    std::optional<FakeInference::Seen> seen = service_.seen(method);
+    ASSERT_TRUE(seen.has_value()) << method;
+    EXPECT_EQ(seen->authorization, "Bearer s3cret-key") << method;
+  }
+  // A server with API keys names its sessions itself.
+  EXPECT_FALSE(service_.seen("CreateSession")->session_id.has_value());
 }
 
 TEST_F(ClientTest, StatusCodeAndMessageArePreserved) {
@@ -370,6 +408,38 @@ TEST_F(ClientTest, HealthFollowsTheServingStatus) {
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(*status, ServingStatus::kNotServing);
   EXPECT_EQ(ServingStatusName(*status), "NOT_SERVING");
+}
+
+TEST(ClientConnectTest, RejectsKeysThatCannotBeSentWithoutEchoingThem) {
+  for (const char* key :
+       {"with\nnewline", " padded", "tab\tkey", "caf\xc3\xa9"}) {
+    ConnectOptions options;
+    options.api_key = key;
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect("127.0.0.1:1", options);
+    ASSERT_FALSE(client.ok()) << key;
+    EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(client.status().message().find(key), absl::string_view::npos);
+  }
+}
+
+TEST(ClientConnectTest, TlsFilesAreReadAtConnect) {
+  ConnectOptions options;
+  options.tls_ca_file = "/nonexistent/ca.crt";
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect("127.0.0.1:1", options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(client.status().message().find("/nonexistent/ca.crt"),
+            absl::string_view::npos)
+      << client.status();
+  options = ConnectOptions();
+  options.tls_cert_file = "/etc/hostname";  // without --tls_key
+  client = Client::Connect("127.0.0.1:1", options);
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("both --tls_cert and --tls_key"),
+            absl::string_view::npos)
+      << client.status();
 }
 
 TEST(ClientConnectTest, RejectsBadAddressesAndReportsUnreachableServers) {

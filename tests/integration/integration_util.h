@@ -1,13 +1,16 @@
 // Shared pieces of the integration tests: a fixture that runs one real
 // kvserve per test binary (per process: ctest runs each test in its own), a
-// Generate helper, a Prometheus text parser and a small JSON reader for
-// kvctl's output.
+// Generate helper, scratch files and API keys, a Prometheus text parser and
+// a small JSON reader for kvctl's output.
 #ifndef KVSERVE_TESTS_INTEGRATION_INTEGRATION_UTIL_H_
 #define KVSERVE_TESTS_INTEGRATION_INTEGRATION_UTIL_H_
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,8 +22,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "client/client.h"
 #include "tests/testing/server_process.h"
 
@@ -70,6 +75,63 @@ class SharedServerTest : public ::testing::Test {
   static inline Client* client_ = nullptr;
   static inline std::string* start_error_ = new std::string();
 };
+
+// A client of `server` (its loopback address) with these options.
+inline absl::StatusOr<std::unique_ptr<Client>> ConnectClient(
+    const ServerProcess& server, const ConnectOptions& options = {}) {
+  return Client::Connect(server.grpc_address(), options);
+}
+
+// Waits until the server's stderr contains `text`.
+inline bool WaitForStderr(const ServerProcess& server, absl::string_view text,
+                          absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!absl::StrContains(server.stderr_text(), text)) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// A fresh directory under /tmp, removed with everything in it at the end.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char tmpl[] = "/tmp/kvserve_test_XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  // Empty if mkdtemp failed.
+  const std::string& path() const { return path_; }
+  std::string File(absl::string_view name) const {
+    return absl::StrCat(path_, "/", name);
+  }
+
+ private:
+  std::string path_;
+};
+
+inline bool WriteTextFile(const std::string& path, absl::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return static_cast<bool>(out.flush());
+}
+
+// The hex SHA-256 of `key` as the README tells operators to make it:
+// `printf %s KEY | sha256sum`. Empty on failure.
+inline std::string Sha256Hex(absl::string_view key) {
+  absl::StatusOr<CommandResult> result =
+      RunCommand({"/bin/sh", "-c", "printf %s \"$KEY\" | sha256sum"},
+                 absl::Seconds(10), {absl::StrCat("KEY=", key)});
+  if (!result.ok() || !result->status.success()) return "";
+  return std::string(result->out.substr(0, result->out.find(' ')));
+}
 
 // Everything one Generate streamed.
 struct Generated {

@@ -138,5 +138,23 @@ TEST(TerminationSignalsTest, BlockedSignalsAreReceivedByTheWaiter) {
   EXPECT_EQ(WaitForTerminationSignal(), SIGINT);
 }
 
+TEST(TerminationSignalsTest, HangupsCallTheReloadAndKeepWaiting) {
+  BlockTerminationSignals();
+  sigset_t blocked;
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &blocked), 0);
+  EXPECT_EQ(sigismember(&blocked, SIGHUP), 1);
+  int hangups = 0;
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGHUP), 0);
+  // Pending signals are taken lowest number first: SIGHUP (1) before
+  // SIGTERM (15).
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGTERM), 0);
+  EXPECT_EQ(WaitForTerminationSignal([&] { ++hangups; }), SIGTERM);
+  EXPECT_EQ(hangups, 1);
+  // Without a callback a SIGHUP is taken and ignored.
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGHUP), 0);
+  ASSERT_EQ(pthread_kill(pthread_self(), SIGINT), 0);
+  EXPECT_EQ(WaitForTerminationSignal(), SIGINT);
+}
+
 }  // namespace
 }  // namespace kvserve

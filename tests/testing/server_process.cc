@@ -76,10 +76,31 @@ void CloseFd(int* fd) {
   *fd = -1;
 }
 
+// This process's environment with the "NAME=VALUE" entries of `extra`
+// added, or replacing the variables of the same name.
+std::vector<std::string> MergedEnvironment(
+    const std::vector<std::string>& extra) {
+  auto name_of = [](absl::string_view entry) {
+    return entry.substr(0, entry.find('='));
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view name = name_of(*e);
+    if (std::none_of(extra.begin(), extra.end(), [&](const std::string& x) {
+          return name_of(x) == name;
+        })) {
+      env.emplace_back(*e);
+    }
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
 // Starts argv[0] with stdin from /dev/null and stderr (and stdout if
 // `capture_stdout`) on pipes whose read ends are returned.
 absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv,
-                            bool capture_stdout) {
+                            bool capture_stdout,
+                            const std::vector<std::string>& extra_env) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   // Everything the child needs is prepared before fork(): after it, only
   // async-signal-safe calls are allowed in a multi-threaded process.
@@ -88,6 +109,12 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv,
     args.push_back(const_cast<char*>(arg.c_str()));
   }
   args.push_back(nullptr);
+  const std::vector<std::string> env_strings = MergedEnvironment(extra_env);
+  std::vector<char*> envp;
+  for (const std::string& entry : env_strings) {
+    envp.push_back(const_cast<char*>(entry.c_str()));
+  }
+  envp.push_back(nullptr);
   int err_pipe[2] = {-1, -1};
   int out_pipe[2] = {-1, -1};
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoError("pipe2");
@@ -113,7 +140,7 @@ absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv,
     if (dev_null >= 0) dup2(dev_null, STDIN_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     if (capture_stdout) dup2(out_pipe[1], STDOUT_FILENO);
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     const char* reason = std::strerror(errno);
     (void)!write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
     (void)!write(STDERR_FILENO, reason, std::strlen(reason));
@@ -170,10 +197,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
         absl::StrCat("no server binary at ", argv[0], " (build it first)"));
   }
   for (const std::string& flag : options.extra_flags) argv.push_back(flag);
-  argv.push_back("--listen=127.0.0.1:0");
+  argv.push_back("--listen=" + options.listen);
   argv.push_back("--metrics_listen=127.0.0.1:0");
 
-  absl::StatusOr<Child> child = Spawn(argv, /*capture_stdout=*/false);
+  absl::StatusOr<Child> child =
+      Spawn(argv, /*capture_stdout=*/false, options.env);
   if (!child.ok()) return child.status();
   auto server = absl::WrapUnique(new ServerProcess());
   server->pid_ = child->pid;
@@ -288,8 +316,9 @@ std::string ServerProcess::stderr_text() const {
 }
 
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                         absl::Duration timeout) {
-  absl::StatusOr<Child> child = Spawn(argv, /*capture_stdout=*/true);
+                                         absl::Duration timeout,
+                                         const std::vector<std::string>& env) {
+  absl::StatusOr<Child> child = Spawn(argv, /*capture_stdout=*/true, env);
   if (!child.ok()) return child.status();
   const absl::Time deadline = absl::Now() + timeout;
   CommandResult result;

@@ -34,8 +34,9 @@ struct ExitStatus {
 
 // A running `kvserve` listening on 127.0.0.1 with kernel-chosen ports.
 //
-// Start() passes `--listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0` after the
-// extra flags and waits for the server's ready line on stderr
+// Start() passes `--listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0` (or
+// Options::listen) after the extra flags and waits for the server's ready
+// line on stderr
 //   kvserve: listening grpc=127.0.0.1:PORT metrics=127.0.0.1:PORT
 // Everything the server writes to stderr is forwarded to this process's
 // stderr. The destructor kills the server (SIGKILL) if it still runs; the
@@ -48,6 +49,12 @@ class ServerProcess {
     std::vector<std::string> extra_flags;
     // Empty: BinDir() + "/kvserve".
     std::string binary;
+    // The --listen address; grpc_address() is 127.0.0.1 and the port
+    // whatever the host, so a server on 0.0.0.0 is reached on loopback.
+    std::string listen = "127.0.0.1:0";
+    // "NAME=VALUE" entries added to (or replacing in) the server's
+    // environment.
+    std::vector<std::string> env;
     absl::Duration ready_timeout = absl::Seconds(30);
   };
 
@@ -102,9 +109,11 @@ struct CommandResult {
 
 // Runs argv[0] (a path) with the arguments and captures its output. A command
 // still running after `timeout` is killed and DEADLINE_EXCEEDED returned.
+// `env`: "NAME=VALUE" entries added to (or replacing in) its environment.
 absl::StatusOr<CommandResult> RunCommand(
     const std::vector<std::string>& argv,
-    absl::Duration timeout = absl::Seconds(30));
+    absl::Duration timeout = absl::Seconds(30),
+    const std::vector<std::string>& env = {});
 
 // GET http://127.0.0.1:port/path (HTTP/1.0); the body of a 200 response.
 absl::StatusOr<std::string> HttpGet(int port, absl::string_view path,
