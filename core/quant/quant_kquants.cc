@@ -111,36 +111,18 @@ void DequantizeQ3K(const void* src, float* dst, int64_t n) {
   }
 }
 
-void DequantizeQ4K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ4K*>(src);
+// Q4_K and Q5_K: eight groups of 32 with 6-bit scales and mins. Group
+// g = 2c + half is nibble `half` of qs[32c, 32c + 32); Q5_K's fifth bit of
+// element 32g + l is bit g of qh[l].
+template <typename Block, bool kFifthBit>
+void DequantizeScaleMin(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const Block*>(src);
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const BlockQ4K& b = blocks[i];
+    const Block& b = blocks[i];
     const float d = Fp16ToFloat(b.d);
     const float dmin = Fp16ToFloat(b.dmin);
     float* y = dst + i * kQK;
     for (int g = 0; g < 8; ++g) {
-      // Group g = 2c + half: nibble `half` of qs[32c, 32c + 32).
-      uint8_t sc, m;
-      ScaleMinK4(g, b.scales, &sc, &m);
-      const float dl = d * sc;
-      const float ml = dmin * m;
-      const uint8_t* q = b.qs + 32 * (g / 2);
-      const int shift = 4 * (g % 2);
-      for (int l = 0; l < 32; ++l)
-        y[32 * g + l] = dl * ((q[l] >> shift) & 0xf) - ml;
-    }
-  }
-}
-
-void DequantizeQ5K(const void* src, float* dst, int64_t n) {
-  const auto* blocks = static_cast<const BlockQ5K*>(src);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const BlockQ5K& b = blocks[i];
-    const float d = Fp16ToFloat(b.d);
-    const float dmin = Fp16ToFloat(b.dmin);
-    float* y = dst + i * kQK;
-    for (int g = 0; g < 8; ++g) {
-      // As Q4_K, with the fifth bit of element 32g + l at bit g of qh[l].
       uint8_t sc, m;
       ScaleMinK4(g, b.scales, &sc, &m);
       const float dl = d * sc;
@@ -148,11 +130,20 @@ void DequantizeQ5K(const void* src, float* dst, int64_t n) {
       const uint8_t* q = b.qs + 32 * (g / 2);
       const int shift = 4 * (g % 2);
       for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0xf) + ((b.qh[l] >> g) & 1 ? 16 : 0);
+        int v = (q[l] >> shift) & 0xf;
+        if constexpr (kFifthBit) v += (b.qh[l] >> g) & 1 ? 16 : 0;
         y[32 * g + l] = dl * v - ml;
       }
     }
   }
+}
+
+void DequantizeQ4K(const void* src, float* dst, int64_t n) {
+  DequantizeScaleMin<BlockQ4K, false>(src, dst, n);
+}
+
+void DequantizeQ5K(const void* src, float* dst, int64_t n) {
+  DequantizeScaleMin<BlockQ5K, true>(src, dst, n);
 }
 
 void DequantizeQ6K(const void* src, float* dst, int64_t n) {

@@ -38,15 +38,8 @@ namespace kvserve::quant::internal::kquants {
 #pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 
-using VI = __m256i;
-using VF = __m256;
-constexpr int kVecBytes = 32;
-constexpr int kLaneWeightRows = 2;
-inline VI LoadVI(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline VI Widen(const __m256i* v, int n) { return v[n]; }
-inline VI ZeroI() { return _mm256_setzero_si256(); }
+#include "core/quant/quant_kquants_x86_256.inc"
+
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm256_add_epi32(acc,
                           _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), s));
@@ -57,16 +50,6 @@ inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_add_epi32(
       acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
-inline VF ZeroF() { return _mm256_setzero_ps(); }
-inline VF BroadcastLane0(__m128 x) { return _mm256_broadcastss_ps(x); }
-inline VF FmaF(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline VF CvtF(VI v) { return _mm256_cvtepi32_ps(v); }
-inline VF FmsubF(VF a, VF b, VF c) { return _mm256_fmsub_ps(a, b, c); }
-inline VF ExtendF(__m256 x) { return x; }
-inline VF LoadXd(const uint8_t* p) {
-  return _mm256_broadcast_ss(reinterpret_cast<const float*>(p));
-}
-float ReduceF(VF x);
 
 #include "core/quant/quant_kquants_simd.h"
 
@@ -79,31 +62,14 @@ float ReduceF(VF x) { return Reduce256(x); }
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 namespace avx2_vnni {
 
-using VI = __m256i;
-using VF = __m256;
-constexpr int kVecBytes = 32;
-constexpr int kLaneWeightRows = 2;
-inline VI LoadVI(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline VI Widen(const __m256i* v, int n) { return v[n]; }
-inline VI ZeroI() { return _mm256_setzero_si256(); }
+#include "core/quant/quant_kquants_x86_256.inc"
+
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(u, q), s);
 }
 inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_dpbusd_avx_epi32(acc, u, s);
 }
-inline VF ZeroF() { return _mm256_setzero_ps(); }
-inline VF BroadcastLane0(__m128 x) { return _mm256_broadcastss_ps(x); }
-inline VF FmaF(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline VF CvtF(VI v) { return _mm256_cvtepi32_ps(v); }
-inline VF FmsubF(VF a, VF b, VF c) { return _mm256_fmsub_ps(a, b, c); }
-inline VF ExtendF(__m256 x) { return x; }
-inline VF LoadXd(const uint8_t* p) {
-  return _mm256_broadcast_ss(reinterpret_cast<const float*>(p));
-}
-float ReduceF(VF x);
 
 #include "core/quant/quant_kquants_simd.h"
 
@@ -116,15 +82,8 @@ float ReduceF(VF x) { return Reduce256(x); }
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 namespace avx512 {
 
-using VI = __m512i;
-using VF = __m512;
-constexpr int kVecBytes = 64;
-constexpr int kLaneWeightRows = 4;
-inline VI LoadVI(const uint8_t* p) { return _mm512_loadu_si512(p); }
-inline VI Widen(const __m256i* v, int n) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * n]), v[2 * n + 1], 1);
-}
-inline VI ZeroI() { return _mm512_setzero_si512(); }
+#include "core/quant/quant_kquants_x86_512.inc"
+
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm512_add_epi32(acc,
                           _mm512_madd_epi16(_mm512_maddubs_epi16(u, q), s));
@@ -133,16 +92,6 @@ inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_add_epi32(
       acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
-inline VF ZeroF() { return _mm512_setzero_ps(); }
-inline VF BroadcastLane0(__m128 x) { return _mm512_broadcastss_ps(x); }
-inline VF FmaF(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline VF CvtF(VI v) { return _mm512_cvtepi32_ps(v); }
-inline VF FmsubF(VF a, VF b, VF c) { return _mm512_fmsub_ps(a, b, c); }
-inline VF ExtendF(__m256 x) { return _mm512_zextps256_ps512(x); }
-inline VF LoadXd(const uint8_t* p) {
-  return _mm512_set1_ps(*reinterpret_cast<const float*>(p));
-}
-inline float ReduceF(VF x) { return _mm512_reduce_add_ps(x); }
 
 #include "core/quant/quant_kquants_simd.h"
 
@@ -154,31 +103,14 @@ inline float ReduceF(VF x) { return _mm512_reduce_add_ps(x); }
     "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 namespace avx512_vnni {
 
-using VI = __m512i;
-using VF = __m512;
-constexpr int kVecBytes = 64;
-constexpr int kLaneWeightRows = 4;
-inline VI LoadVI(const uint8_t* p) { return _mm512_loadu_si512(p); }
-inline VI Widen(const __m256i* v, int n) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(v[2 * n]), v[2 * n + 1], 1);
-}
-inline VI ZeroI() { return _mm512_setzero_si512(); }
+#include "core/quant/quant_kquants_x86_512.inc"
+
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, q), s);
 }
 inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_dpbusd_epi32(acc, u, s);
 }
-inline VF ZeroF() { return _mm512_setzero_ps(); }
-inline VF BroadcastLane0(__m128 x) { return _mm512_broadcastss_ps(x); }
-inline VF FmaF(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline VF CvtF(VI v) { return _mm512_cvtepi32_ps(v); }
-inline VF FmsubF(VF a, VF b, VF c) { return _mm512_fmsub_ps(a, b, c); }
-inline VF ExtendF(__m256 x) { return _mm512_zextps256_ps512(x); }
-inline VF LoadXd(const uint8_t* p) {
-  return _mm512_set1_ps(*reinterpret_cast<const float*>(p));
-}
-inline float ReduceF(VF x) { return _mm512_reduce_add_ps(x); }
 
 #include "core/quant/quant_kquants_simd.h"
 
