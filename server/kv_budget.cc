@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "core/util/file.h"
 
 namespace kvserve {
 namespace {
@@ -22,21 +21,13 @@ constexpr int64_t kFullContexts = 8;
 // cgroup v1 writes "no limit" as a huge page-rounded number (2^63 - 4096).
 constexpr int64_t kNoLimitAbove = int64_t{1} << 62;
 
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::optional<int64_t> ReadInt(const std::string& path) {
-  std::optional<std::string> text = ReadFile(path);
+  std::optional<std::string> text = ReadFileIfPresent(path);
   int64_t value = 0;
   if (!text.has_value() ||
       !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &value)) {
@@ -110,11 +101,12 @@ std::string MachineMemory::FreeSource() const {
 
 MachineMemory ReadMachineMemory(const std::string& root) {
   MachineMemory memory;
-  if (std::optional<std::string> meminfo = ReadFile(root + "/proc/meminfo")) {
+  if (std::optional<std::string> meminfo =
+          ReadFileIfPresent(root + "/proc/meminfo")) {
     memory.available_bytes = ParseMemAvailable(*meminfo);
   }
   const std::string proc_cgroup =
-      ReadFile(root + "/proc/self/cgroup").value_or("");
+      ReadFileIfPresent(root + "/proc/self/cgroup").value_or("");
   const std::string v2 =
       CgroupDir(root + "/sys/fs/cgroup", CgroupPath(proc_cgroup, true));
   const std::string v1 =
@@ -123,7 +115,7 @@ MachineMemory ReadMachineMemory(const std::string& root) {
       {v2 + "/memory.max", v2 + "/memory.current"},
       {v1 + "/memory.limit_in_bytes", v1 + "/memory.usage_in_bytes"}};
   for (const auto& [limit_file, usage_file] : files) {
-    std::optional<std::string> text = ReadFile(limit_file);
+    std::optional<std::string> text = ReadFileIfPresent(limit_file);
     if (!text.has_value()) continue;
     // The first hierarchy with a limit file decides; "max": no limit.
     int64_t limit = 0;

@@ -3,8 +3,6 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -12,20 +10,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/util/file.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/metric_type.h"
 
 namespace kvserve {
 namespace {
-
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return text.str();
-}
 
 // Fields of /proc/<pid>/stat after "pid (comm) ": index 0 is field 3 (state)
 // in proc(5)'s numbering. comm may hold spaces and ')', so split after the
@@ -129,7 +119,7 @@ ProcessStats ProcessMetrics::Read() const {
   const std::string dir = options_.proc_root + "/" + options_.pid;
   const double ticks = static_cast<double>(options_.clock_ticks_per_second);
 
-  if (std::optional<std::string> stat = ReadFile(dir + "/stat")) {
+  if (std::optional<std::string> stat = ReadFileIfPresent(dir + "/stat")) {
     if (auto fields = StatFieldsAfterComm(*stat)) {
       // proc(5): 14 utime, 15 stime, 22 starttime (clock ticks since boot),
       // 23 vsize (bytes), 24 rss (pages).
@@ -142,7 +132,7 @@ ProcessStats ProcessMetrics::Read() const {
             *rss * static_cast<double>(options_.page_size_bytes);
       }
       const std::optional<std::string> proc_stat =
-          ReadFile(options_.proc_root + "/stat");
+          ReadFileIfPresent(options_.proc_root + "/stat");
       const std::optional<double> btime =
           proc_stat ? BootTimeSeconds(*proc_stat) : std::nullopt;
       if (auto start = StatField(*fields, 22); start && btime) {
@@ -150,7 +140,7 @@ ProcessStats ProcessMetrics::Read() const {
       }
     }
   }
-  if (std::optional<std::string> limits = ReadFile(dir + "/limits")) {
+  if (std::optional<std::string> limits = ReadFileIfPresent(dir + "/limits")) {
     stats.max_fds = MaxOpenFiles(*limits);
   }
   stats.open_fds = CountDirectoryEntries(dir + "/fd");
