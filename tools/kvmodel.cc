@@ -3,8 +3,11 @@
 //   kvmodel make --out=PATH [--n_layers=N] [--dim=N] [--n_heads=N]
 //                [--n_kv_heads=N] [--hidden_dim=N] [--context_length=N]
 //                [--dtype=TYPE] [--vocab_from=GGUF] [--seed=S]
+//                [--special_tokens=PIECE,...] [--eot_token=PIECE]
+//                [--chat_template=FILE]
 //     writes a Llama-architecture GGUF with deterministic random weights
-//     (core/model/gguf_random_model.h).
+//     (core/model/gguf_random_model.h), optionally with control tokens
+//     appended to the vocabulary and a chat template.
 //   kvmodel quantize --in=GGUF --out=PATH --type=TYPE (or --mix=MIX)
 //     converts a GGUF's weight matrices to TYPE (core/model/gguf_quantize.h).
 //
@@ -16,6 +19,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -34,6 +38,7 @@
 #include "core/model/loader.h"
 #include "core/model/type_mix.h"
 #include "core/util/command_line.h"
+#include "core/util/file.h"
 #include "kvserve_build_info.h"
 
 ABSL_FLAG(std::string, out, "", "Path of the GGUF file to write");
@@ -54,6 +59,14 @@ ABSL_FLAG(std::string, dtype, "f32",
                        kvserve::TypeMixNames()));
 ABSL_FLAG(std::string, vocab_from, "",
           "Copy the tokenizer from this GGUF (default: byte-level vocab)");
+ABSL_FLAG(std::vector<std::string>, special_tokens, {},
+          "make: comma-separated pieces appended to the vocabulary as control "
+          "tokens (e.g. <|im_start|>,<|im_end|>)");
+ABSL_FLAG(std::string, eot_token, "",
+          "make: the piece whose id is written as "
+          "tokenizer.ggml.eot_token_id (e.g. <|im_end|>)");
+ABSL_FLAG(std::string, chat_template, "",
+          "make: a file whose text is written as tokenizer.chat_template");
 ABSL_FLAG(uint64_t, seed, 1, "Random seed; same seed, same file");
 ABSL_FLAG(std::string, name, "kvmodel-random", "general.name of the model");
 
@@ -67,7 +80,9 @@ void ConfigureUsage() {
           "GGUF models to other tensor types\n"
           "  kvmodel make --out=PATH [--n_layers=N --dim=N --n_heads=N "
           "--n_kv_heads=N --hidden_dim=N --context_length=N "
-          "--dtype=TYPE --vocab_from=GGUF --seed=S]\n"
+          "--dtype=TYPE --vocab_from=GGUF --seed=S "
+          "--special_tokens=PIECE,... --eot_token=PIECE "
+          "--chat_template=FILE]\n"
           "  kvmodel quantize --in=GGUF --out=PATH --type=TYPE (or --mix=MIX)\n"
           "TYPE: ",
           kvserve::TypeMixNames()),
@@ -109,6 +124,18 @@ int Make() {
   o.vocab_from = absl::GetFlag(FLAGS_vocab_from);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.name = absl::GetFlag(FLAGS_name);
+  o.special_tokens = absl::GetFlag(FLAGS_special_tokens);
+  o.eot_token = absl::GetFlag(FLAGS_eot_token);
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template);
+      !path.empty()) {
+    absl::StatusOr<std::string> text = kvserve::ReadSmallFile(path);
+    if (!text.ok()) return Fail("make", text.status().message());
+    if (text->empty()) {
+      return Fail("make",
+                  absl::StrCat("chat template file ", path, " is empty"));
+    }
+    o.chat_template = std::move(*text);
+  }
   absl::StatusOr<std::unique_ptr<kvserve::GgufWriter>> writer =
       kvserve::MakeRandomModel(o);
   if (!writer.ok()) return Fail("make", writer.status().message());

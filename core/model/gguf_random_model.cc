@@ -1,11 +1,16 @@
 #include "core/model/gguf_random_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "core/model/gguf_tensor.h"
+#include "core/model/gguf_vocab.h"
 #include "core/model/type_mix.h"
 #include "core/quant/quant.h"
 #include "core/tokenizer/vocab.h"
@@ -67,6 +72,121 @@ GgufWriter::Producer Ones(int64_t n) {
   };
 }
 
+// Appends `pieces` to `v` as control tokens.
+absl::Status AppendSpecialTokens(const std::vector<std::string>& pieces,
+                                 Vocab& v) {
+  absl::flat_hash_set<std::string> known(v.tokens.begin(), v.tokens.end());
+  for (const std::string& piece : pieces) {
+    if (piece.empty()) {
+      return absl::InvalidArgumentError("a special token is empty");
+    }
+    if (!known.insert(piece).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "special token \"%s\" is already in the vocabulary", piece));
+    }
+    if (v.token_types.empty()) {
+      v.token_types.assign(v.tokens.size(), TokenType::kNormal);
+    }
+    v.tokens.push_back(piece);
+    v.token_types.push_back(TokenType::kControl);
+    if (!v.scores.empty()) v.scores.push_back(0.0f);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> TypeIds(const Vocab& v) {
+  std::vector<int32_t> types;
+  types.reserve(v.token_types.size());
+  for (TokenType t : v.token_types) types.push_back(static_cast<int32_t>(t));
+  return types;
+}
+
+// Writes llama.vocab_size and the tokenizer.* keys; returns the vocabulary
+// size. Without special tokens, eot token or chat template the keys are
+// exactly those of earlier versions: the same options remake the same file,
+// byte for byte.
+absl::StatusOr<int64_t> AddTokenizer(const RandomModelOptions& o,
+                                     GgufWriter& w) {
+  std::vector<std::string> tokens;  // the final vocabulary's pieces
+  if (o.vocab_from.empty()) {
+    Vocab v = ByteLevelVocab();
+    if (absl::Status s = AppendSpecialTokens(o.special_tokens, v); !s.ok()) {
+      return s;
+    }
+    w.AddUint32("llama.vocab_size", v.size());
+    w.AddString("tokenizer.ggml.model", v.model);
+    w.AddStringArray("tokenizer.ggml.tokens", v.tokens);
+    w.AddFloat32Array("tokenizer.ggml.scores", v.scores);
+    w.AddInt32Array("tokenizer.ggml.token_type", TypeIds(v));
+    w.AddUint32("tokenizer.ggml.bos_token_id", v.bos_id);
+    w.AddUint32("tokenizer.ggml.eos_token_id", v.eos_id);
+    w.AddUint32("tokenizer.ggml.unknown_token_id", v.unk_id);
+    w.AddBool("tokenizer.ggml.add_bos_token", v.add_bos);
+    w.AddBool("tokenizer.ggml.add_eos_token", false);
+    w.AddBool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+    tokens = std::move(v.tokens);
+  } else {
+    absl::StatusOr<GgufFile> src = GgufFile::Open(o.vocab_from);
+    if (!src.ok()) return src.status();
+    // The keys are copied as they are, but for the arrays that grow with
+    // special tokens (rewritten from the parsed vocabulary, types inferred
+    // where the file has none) and the keys the options replace.
+    std::optional<Vocab> grown;
+    if (!o.special_tokens.empty()) {
+      absl::StatusOr<Vocab> v = VocabFromGguf(*src);
+      if (!v.ok()) return v.status();
+      if (absl::Status s = AppendSpecialTokens(o.special_tokens, *v); !s.ok()) {
+        return s;
+      }
+      grown = std::move(*v);
+      tokens = grown->tokens;
+    } else {
+      absl::StatusOr<std::vector<std::string>> t =
+          src->GetStringArray("tokenizer.ggml.tokens");
+      if (!t.ok()) return t.status();
+      tokens = std::move(*t);
+    }
+    w.AddUint32("llama.vocab_size", tokens.size());
+    bool wrote_types = false;
+    for (const std::string& key : src->keys()) {
+      if (key.rfind("tokenizer.", 0) != 0) continue;
+      if ((key == "tokenizer.chat_template" && !o.chat_template.empty()) ||
+          (key == "tokenizer.ggml.eot_token_id" && !o.eot_token.empty())) {
+        continue;
+      }
+      if (grown.has_value() && key == "tokenizer.ggml.tokens") {
+        w.AddStringArray(key, grown->tokens);
+      } else if (grown.has_value() && key == "tokenizer.ggml.scores") {
+        w.AddFloat32Array(key, grown->scores);
+      } else if (grown.has_value() && key == "tokenizer.ggml.token_type") {
+        w.AddInt32Array(key, TypeIds(*grown));
+        wrote_types = true;
+      } else {
+        w.Add(key, *src->Find(key));
+      }
+    }
+    if (grown.has_value() && !wrote_types) {
+      w.AddInt32Array("tokenizer.ggml.token_type", TypeIds(*grown));
+    }
+  }
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError("the vocabulary has no tokens");
+  }
+  if (!o.eot_token.empty()) {
+    auto it = std::find(tokens.begin(), tokens.end(), o.eot_token);
+    if (it == tokens.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "eot token \"%s\" is not in the vocabulary", o.eot_token));
+    }
+    w.AddUint32("tokenizer.ggml.eot_token_id",
+                static_cast<uint32_t>(it - tokens.begin()));
+  }
+  if (!o.chat_template.empty()) {
+    w.AddString("tokenizer.chat_template", o.chat_template);
+  }
+  return static_cast<int64_t>(tokens.size());
+}
+
 }  // namespace
 
 float RandomModelUnitValue(uint64_t seed, const std::string& name,
@@ -106,38 +226,8 @@ absl::StatusOr<std::unique_ptr<GgufWriter>> MakeRandomModel(
   w->AddFloat32("llama.rope.freq_base", 10000.0f);
   w->AddUint32("llama.rope.dimension_count", c.head_dim);
 
-  int64_t vocab_size = 0;
-  if (o.vocab_from.empty()) {
-    Vocab v = ByteLevelVocab();
-    vocab_size = v.size();
-    std::vector<int32_t> types;
-    for (TokenType t : v.token_types) types.push_back(static_cast<int32_t>(t));
-    w->AddUint32("llama.vocab_size", vocab_size);
-    w->AddString("tokenizer.ggml.model", v.model);
-    w->AddStringArray("tokenizer.ggml.tokens", v.tokens);
-    w->AddFloat32Array("tokenizer.ggml.scores", v.scores);
-    w->AddInt32Array("tokenizer.ggml.token_type", types);
-    w->AddUint32("tokenizer.ggml.bos_token_id", v.bos_id);
-    w->AddUint32("tokenizer.ggml.eos_token_id", v.eos_id);
-    w->AddUint32("tokenizer.ggml.unknown_token_id", v.unk_id);
-    w->AddBool("tokenizer.ggml.add_bos_token", v.add_bos);
-    w->AddBool("tokenizer.ggml.add_eos_token", false);
-    w->AddBool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
-  } else {
-    absl::StatusOr<GgufFile> src = GgufFile::Open(o.vocab_from);
-    if (!src.ok()) return src.status();
-    absl::StatusOr<std::vector<std::string>> tokens =
-        src->GetStringArray("tokenizer.ggml.tokens");
-    if (!tokens.ok()) return tokens.status();
-    vocab_size = static_cast<int64_t>(tokens->size());
-    w->AddUint32("llama.vocab_size", vocab_size);
-    for (const std::string& key : src->keys()) {
-      if (key.rfind("tokenizer.", 0) == 0) w->Add(key, *src->Find(key));
-    }
-  }
-  if (vocab_size <= 0) {
-    return absl::InvalidArgumentError("the vocabulary has no tokens");
-  }
+  absl::StatusOr<int64_t> vocab_size = AddTokenizer(o, *w);
+  if (!vocab_size.ok()) return vocab_size.status();
 
   const int64_t dim = c.dim, hidden = c.hidden_dim, q_dim = c.q_dim(),
                 kv_dim = c.kv_dim();
@@ -151,7 +241,7 @@ absl::StatusOr<std::unique_ptr<GgufWriter>> MakeRandomModel(
   auto norm = [&](const std::string& name) {
     w->AddTensor(name, {dim}, GgmlType::kF32, Ones(dim));
   };
-  matrix("token_embd.weight", vocab_size, dim, 1.0f);
+  matrix("token_embd.weight", *vocab_size, dim, 1.0f);
   for (int l = 0; l < c.n_layers; ++l) {
     auto n = [l](const char* t) {
       return absl::StrFormat("blk.%d.%s.weight", l, t);
@@ -170,7 +260,7 @@ absl::StatusOr<std::unique_ptr<GgufWriter>> MakeRandomModel(
            residual_scale / std::sqrt(static_cast<float>(hidden)));
   }
   norm("output_norm.weight");
-  matrix("output.weight", vocab_size, dim,
+  matrix("output.weight", *vocab_size, dim,
          1.0f / std::sqrt(static_cast<float>(dim)));
   return w;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/model/gguf_writer.h"
@@ -33,6 +34,18 @@ struct RandomModelOptions {
   std::string dtype = "f32";
   // A GGUF whose tokenizer.* keys are copied; empty = the byte-level vocab.
   std::string vocab_from;
+  // Pieces appended to the vocabulary as control tokens, in order (ids from
+  // the old vocab_size up), e.g. {"<|im_start|>", "<|im_end|>"}; the
+  // embedding and output matrices get a row for each. Each must be
+  // non-empty and not already a piece.
+  std::vector<std::string> special_tokens;
+  // A piece of the final vocabulary (special_tokens included) whose id is
+  // written as tokenizer.ggml.eot_token_id; empty = the key is left out
+  // (or copied from vocab_from).
+  std::string eot_token;
+  // Written as tokenizer.chat_template (replacing vocab_from's); empty =
+  // left out (or copied from vocab_from).
+  std::string chat_template;
   uint64_t seed = 1;
   std::string name = "kvmodel-random";
 };

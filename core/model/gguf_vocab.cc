@@ -126,6 +126,8 @@ absl::StatusOr<Vocab> VocabFromGguf(const GgufFile& g) {
     int32_t* out;
   } ids[] = {{"tokenizer.ggml.bos_token_id", llama ? 1 : -1, &v.bos_id},
              {"tokenizer.ggml.eos_token_id", llama ? 2 : -1, &v.eos_id},
+             {"tokenizer.ggml.eot_token_id", -1, &v.eot_id},
+             {"tokenizer.ggml.eom_token_id", -1, &v.eom_id},
              {"tokenizer.ggml.unknown_token_id", llama ? 0 : -1, &v.unk_id}};
   for (const auto& id : ids) {
     absl::StatusOr<int32_t> value = TokenId(g, id.key, id.fallback, n);

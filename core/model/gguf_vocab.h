@@ -9,10 +9,10 @@
 namespace kvserve {
 
 // Reads tokenizer.ggml.{model, tokens, scores, token_type, merges, pre,
-// bos_token_id, eos_token_id, unknown_token_id, add_bos_token,
-// add_space_prefix}. Absent optional keys take llama.cpp's defaults (llama:
-// unk 0, BOS 1, EOS 2, add_bos true, add_space_prefix true; gpt2: no
-// dummy prefix). Errors name the key.
+// bos_token_id, eos_token_id, eot_token_id, eom_token_id, unknown_token_id,
+// add_bos_token, add_space_prefix}. Absent optional keys take llama.cpp's
+// defaults (llama: unk 0, BOS 1, EOS 2, add_bos true, add_space_prefix true;
+// gpt2: no dummy prefix; no eot or eom). Errors name the key.
 absl::StatusOr<Vocab> VocabFromGguf(const GgufFile& gguf);
 
 }  // namespace kvserve

@@ -309,6 +309,11 @@ absl::StatusOr<LoadedModel> LoadModelFromFile(
     absl::StatusOr<Vocab> v = VocabFromGguf(*g);
     if (!v.ok()) return v.status();
     vocab = std::move(*v);
+    if (g->Find("tokenizer.chat_template") != nullptr) {
+      absl::StatusOr<std::string> t = g->GetString("tokenizer.chat_template");
+      if (!t.ok()) return t.status();
+      m.chat_template = std::move(*t);
+    }
   } else {
     absl::StatusOr<std::unique_ptr<ModelWeights>> w =
         LoadLlama2cWeights(file, *mode);

@@ -39,6 +39,10 @@ struct LoadOptions {
 struct LoadedModel {
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<Tokenizer> tokenizer;
+  // The model's chat template (GGUF key tokenizer.chat_template, a Jinja
+  // template as the model's authors wrote it); empty when the file has none,
+  // and for llama2.c checkpoints.
+  std::string chat_template;
 };
 
 absl::StatusOr<LoadedModel> LoadModel(const LoadOptions& options);

@@ -134,7 +134,10 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(
   return t;
 }
 
-BpeTokenizer::BpeTokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+BpeTokenizer::BpeTokenizer(Vocab vocab)
+    : vocab_(std::move(vocab)),
+      special_(vocab_),
+      end_of_generation_(EndOfGenerationMask(vocab_)) {}
 
 absl::Status BpeTokenizer::Init() {
   // GPT-2: printable Latin-1 bytes stand for themselves, the other 68 bytes
@@ -194,13 +197,28 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
   if (options.add_bos && vocab_.add_bos && vocab_.bos_id >= 0) {
     out.push_back(vocab_.bos_id);
   }
+  if (!options.parse_special || special_.empty()) {
+    EncodeText(text, out);
+    return out;
+  }
+  for (const SpecialTokenMatcher::Fragment& f : special_.Split(text)) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+    } else {
+      EncodeText(f.text, out);
+    }
+  }
+  return out;
+}
+
+void BpeTokenizer::EncodeText(std::string_view text,
+                              std::vector<int32_t>& out) const {
+  std::string mapped;
   for (std::string_view word : SplitLlama3(text)) {
-    std::string mapped;
-    mapped.reserve(word.size() * 2);
+    mapped.clear();
     for (char ch : word) mapped += byte_to_unicode_[static_cast<uint8_t>(ch)];
     EncodeWord(mapped, out);
   }
-  return out;
 }
 
 void BpeTokenizer::EncodeWord(std::string_view word,
@@ -242,6 +260,10 @@ void BpeTokenizer::EncodeWord(std::string_view word,
 std::string BpeTokenizer::DecodeToken(int32_t /*prev_id*/, int32_t id) const {
   if (id < 0 || id >= vocab_.size()) return "";
   return decoded_[id];
+}
+
+bool BpeTokenizer::IsEndOfGeneration(int32_t id) const {
+  return id >= 0 && id < vocab_.size() && end_of_generation_[id];
 }
 
 std::string BpeTokenizer::Piece(int32_t id) const {

@@ -5,7 +5,10 @@
 // is a token (llama.cpp's ignore_merges for llama-bpe), else repeatedly merges
 // the adjacent pair of lowest merge rank (leftmost on ties). Decoding maps the
 // alphabet back to bytes; control tokens decode to nothing. There is no dummy
-// prefix and no space stripping after BOS.
+// prefix and no space stripping after BOS. With EncodeOptions::parse_special
+// the text is first split at the vocabulary's special tokens
+// (special_tokens.h) and each run of text between them is pre-tokenized and
+// encoded alone.
 //
 // Thread-safety: immutable after Create(); safe to share across threads.
 #ifndef KVSERVE_CORE_TOKENIZER_BPE_TOKENIZER_H_
@@ -20,6 +23,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "core/tokenizer/special_tokens.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/vocab.h"
 
@@ -45,10 +49,13 @@ class BpeTokenizer : public Tokenizer {
   int32_t vocab_size() const override { return vocab_.size(); }
   int32_t bos_id() const override { return vocab_.bos_id; }
   int32_t eos_id() const override { return vocab_.eos_id; }
+  bool IsEndOfGeneration(int32_t id) const override;
 
  private:
   explicit BpeTokenizer(Vocab vocab);
   absl::Status Init();
+  // Appends the ids for ordinary `text` (split, mapped, merged).
+  void EncodeText(std::string_view text, std::vector<int32_t>& out) const;
   void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
   int32_t Lookup(std::string_view piece) const;
 
@@ -61,6 +68,8 @@ class BpeTokenizer : public Tokenizer {
   // The inverse, by code point (-1 outside the alphabet).
   absl::flat_hash_map<uint32_t, uint8_t> unicode_to_byte_;
   std::vector<std::string> decoded_;
+  const SpecialTokenMatcher special_;
+  const std::vector<bool> end_of_generation_;  // by id
 };
 
 }  // namespace kvserve

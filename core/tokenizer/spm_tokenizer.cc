@@ -39,7 +39,10 @@ absl::StatusOr<std::unique_ptr<SpmTokenizer>> SpmTokenizer::Create(
   return std::unique_ptr<SpmTokenizer>(new SpmTokenizer(std::move(vocab)));
 }
 
-SpmTokenizer::SpmTokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
+SpmTokenizer::SpmTokenizer(Vocab vocab)
+    : vocab_(std::move(vocab)),
+      special_(vocab_),
+      end_of_generation_(EndOfGenerationMask(vocab_)) {
   piece_to_id_.reserve(vocab_.tokens.size());
   for (int32_t id = 0; id < vocab_.size(); ++id) {
     piece_to_id_[vocab_.tokens[id]] = id;
@@ -84,7 +87,29 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view text,
   if (options.add_bos && vocab_.add_bos && vocab_.bos_id >= 0) {
     out.push_back(vocab_.bos_id);
   }
-  if (text.empty()) return out;
+  const bool dummy_prefix = options.add_dummy_prefix && vocab_.add_space_prefix;
+  if (!options.parse_special || special_.empty()) {
+    EncodeText(text, dummy_prefix, out);
+    return out;
+  }
+  // llama.cpp's is_prev_special: the text's first run (after BOS or not) and
+  // every run after a special token take the dummy prefix.
+  bool after_special = true;
+  for (const SpecialTokenMatcher::Fragment& f : special_.Split(text)) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      after_special = true;
+    } else {
+      EncodeText(f.text, dummy_prefix && after_special, out);
+      after_special = false;
+    }
+  }
+  return out;
+}
+
+void SpmTokenizer::EncodeText(std::string_view text, bool dummy_prefix,
+                              std::vector<int32_t>& out) const {
+  if (text.empty()) return;
   // `from_space[i]` marks where an escaped space starts, so a "▁" without a
   // piece falls back to the byte of the space it stands for (as llama2.c).
   std::string escaped;
@@ -95,7 +120,7 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view text,
     from_space[escaped.size()] = true;
     escaped.append(kSpace.data(), kSpace.size());
   };
-  if (options.add_dummy_prefix && vocab_.add_space_prefix) add_space();
+  if (dummy_prefix) add_space();
   for (char c : text) {
     if (c == ' ') {
       add_space();
@@ -105,7 +130,6 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view text,
   }
   from_space.resize(escaped.size());
   EncodeEscaped(escaped, from_space, out);
-  return out;
 }
 
 void SpmTokenizer::EncodeEscaped(std::string_view text,
@@ -150,6 +174,10 @@ std::string SpmTokenizer::DecodeToken(int32_t prev_id, int32_t id) const {
     return text.substr(1);
   }
   return text;
+}
+
+bool SpmTokenizer::IsEndOfGeneration(int32_t id) const {
+  return id >= 0 && id < vocab_.size() && end_of_generation_[id];
 }
 
 std::string SpmTokenizer::Piece(int32_t id) const {

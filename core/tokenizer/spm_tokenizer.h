@@ -8,6 +8,11 @@
 // falls back to <0x20>), or to the unknown
 // token when the vocabulary has no such byte token.
 //
+// With EncodeOptions::parse_special the text is first split at the
+// vocabulary's special tokens (special_tokens.h) and each run of text between
+// them is encoded alone; as in llama.cpp's llama_tokenize_impl, the dummy
+// prefix goes on a run that starts the text or follows a special token.
+//
 // Thread-safety: immutable after Create(); safe to share across threads.
 #ifndef KVSERVE_CORE_TOKENIZER_SPM_TOKENIZER_H_
 #define KVSERVE_CORE_TOKENIZER_SPM_TOKENIZER_H_
@@ -21,6 +26,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "core/tokenizer/special_tokens.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/vocab.h"
 
@@ -38,10 +44,15 @@ class SpmTokenizer : public Tokenizer {
   int32_t vocab_size() const override { return vocab_.size(); }
   int32_t bos_id() const override { return vocab_.bos_id; }
   int32_t eos_id() const override { return vocab_.eos_id; }
+  bool IsEndOfGeneration(int32_t id) const override;
 
  private:
   explicit SpmTokenizer(Vocab vocab);
 
+  // Appends the ids for `text` (raw: spaces not yet escaped), with the
+  // dummy-prefix "▁" before it when `dummy_prefix` and `text` is non-empty.
+  void EncodeText(std::string_view text, bool dummy_prefix,
+                  std::vector<int32_t>& out) const;
   // Appends the ids for `text` (spaces already escaped to "▁"; from_space
   // marks where each escaped space starts) to `out`.
   void EncodeEscaped(std::string_view text, const std::vector<bool>& from_space,
@@ -55,6 +66,8 @@ class SpmTokenizer : public Tokenizer {
   std::array<int32_t, 256> byte_to_id_;
   // What each id decodes to (before the after-BOS space strip).
   std::vector<std::string> decoded_;
+  const SpecialTokenMatcher special_;
+  const std::vector<bool> end_of_generation_;  // by id
 };
 
 }  // namespace kvserve

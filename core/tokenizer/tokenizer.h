@@ -17,6 +17,10 @@ struct EncodeOptions {
   // SentencePiece's dummy-prefix space before non-empty text. A session's
   // later turns are encoded without it (and without BOS).
   bool add_dummy_prefix = true;
+  // Match the vocabulary's control and user-defined tokens ("<|im_start|>",
+  // "<|eot_id|>") in the text as whole tokens. Off for user text, so that it
+  // cannot forge control tokens; on for rendered chat templates.
+  bool parse_special = false;
 };
 
 class Tokenizer {
@@ -38,6 +42,10 @@ class Tokenizer {
   virtual int32_t vocab_size() const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when none
   virtual int32_t eos_id() const = 0;  // -1 when none
+  // True for every token that ends a turn: eos, eot, eom and the control
+  // tokens that stand for an end of turn ("<|im_end|>", "<|eot_id|>",
+  // "<|end|>", "<end_of_turn>", "<|endoftext|>", ...).
+  virtual bool IsEndOfGeneration(int32_t id) const = 0;
 };
 
 }  // namespace kvserve

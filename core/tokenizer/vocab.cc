@@ -23,8 +23,11 @@ absl::Status Vocab::Validate() const {
         absl::StrFormat("vocabulary has %d tokens but %d token types",
                         tokens.size(), token_types.size()));
   }
-  for (auto [name, id] :
-       {std::pair{"bos", bos_id}, {"eos", eos_id}, {"unknown", unk_id}}) {
+  for (auto [name, id] : {std::pair{"bos", bos_id},
+                          {"eos", eos_id},
+                          {"eot", eot_id},
+                          {"eom", eom_id},
+                          {"unknown", unk_id}}) {
     if (id < -1 || id >= size()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s token id %d is outside the vocabulary [0, %d)",

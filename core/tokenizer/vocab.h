@@ -40,6 +40,8 @@ struct Vocab {
   std::string pre_tokenizer;           // gpt2: GGUF tokenizer.ggml.pre
   int32_t bos_id = -1;                 // -1 = none
   int32_t eos_id = -1;
+  int32_t eot_id = -1;  // end of turn (tokenizer.ggml.eot_token_id)
+  int32_t eom_id = -1;  // end of message (tokenizer.ggml.eom_token_id)
   int32_t unk_id = -1;
   bool add_bos = true;           // tokenizer.ggml.add_bos_token
   bool add_space_prefix = true;  // llama: tokenizer.ggml.add_space_prefix

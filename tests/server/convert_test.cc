@@ -30,6 +30,7 @@ class FakeTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return 100; }
   int32_t bos_id() const override { return 1; }
   int32_t eos_id() const override { return 2; }
+  bool IsEndOfGeneration(int32_t id) const override { return id == 2; }
 };
 
 TEST(InputFromProtoTest, TextTokensOrNothing) {

@@ -67,6 +67,9 @@ class NoBosTokenizer : public Tokenizer {
   int32_t vocab_size() const override { return base_->vocab_size(); }
   int32_t bos_id() const override { return -1; }
   int32_t eos_id() const override { return base_->eos_id(); }
+  bool IsEndOfGeneration(int32_t id) const override {
+    return base_->IsEndOfGeneration(id);
+  }
 
  private:
   const Tokenizer* base_;

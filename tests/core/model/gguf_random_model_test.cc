@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "core/model/gguf_tensor.h"
@@ -10,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/server_process.h"
 
 namespace kvserve {
 namespace {
@@ -183,6 +185,162 @@ TEST(RandomModelTest, VocabFromAGpt2Gguf) {
   EXPECT_EQ(m->model.tokenizer->Encode("hi", {}),
             (std::vector<int32_t>{257, 256}));
   std::remove(path.c_str());
+}
+
+TEST(RandomModelTest, SpecialTokensEotAndChatTemplate) {
+  RandomModelOptions ro = Small("f32");
+  ro.special_tokens = {"<|im_start|>", "<|im_end|>"};
+  ro.eot_token = "<|im_end|>";
+  ro.chat_template = "{{ bos_token }}{% for m in messages %}...{% endfor %}";
+  std::unique_ptr<Made> m = MakeAndLoad(ro);
+  ASSERT_NE(m, nullptr);
+  const Tokenizer& t = *m->model.tokenizer;
+  EXPECT_EQ(m->model.weights->config.vocab_size, 261);  // byte-level + 2
+  EXPECT_EQ(m->model.weights->token_embd.rows, 261);
+  EXPECT_EQ(m->model.weights->output.rows, 261);
+  EXPECT_EQ(t.Piece(259), "<|im_start|>");
+  EXPECT_EQ(t.Piece(260), "<|im_end|>");
+  EXPECT_EQ(m->model.chat_template, ro.chat_template);
+  const EncodeOptions special{.parse_special = true};
+  EXPECT_EQ(t.Encode("<|im_start|>hi<|im_end|>", special),
+            (std::vector<int32_t>{1, 259, 'h' + 3, 'i' + 3, 260}));
+  EXPECT_EQ(t.Encode("<|im_start|>", {}).size(), 13u);  // BOS + 12 bytes
+  EXPECT_EQ(t.DecodeToken(1, 259), "");
+  EXPECT_TRUE(t.IsEndOfGeneration(260));
+  EXPECT_TRUE(t.IsEndOfGeneration(2));
+  EXPECT_FALSE(t.IsEndOfGeneration(259));
+
+  // The eot key makes any piece an end of turn, specials or not.
+  ro.special_tokens = {"<|user|>"};
+  ro.eot_token = "<|user|>";
+  m = MakeAndLoad(ro);
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->model.tokenizer->IsEndOfGeneration(259));
+}
+
+// Without the new options the file is what it always was: no extra keys.
+TEST(RandomModelTest, NoSpecialTokensNoExtraKeys) {
+  absl::StatusOr<std::unique_ptr<GgufWriter>> w = MakeRandomModel(Small("f32"));
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::string bytes = (*w)->Serialize();
+  absl::StatusOr<GgufFile> g =
+      GgufFile::Parse(MappedFile::FromBytes(bytes, "plain.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->Find("tokenizer.chat_template"), nullptr);
+  EXPECT_EQ(g->Find("tokenizer.ggml.eot_token_id"), nullptr);
+  EXPECT_EQ(g->GetStringArray("tokenizer.ggml.tokens")->size(), 259u);
+}
+
+TEST(RandomModelTest, SpecialTokensOnAnotherGguf) {
+  std::string src = kvserve::testing::SharedDir() + "/models/stories260K.gguf";
+  if (!MappedFile::Open(src).ok()) GTEST_SKIP() << "needs " << src;
+  RandomModelOptions ro = Small("f32");
+  ro.vocab_from = src;
+  ro.special_tokens = {"<|im_start|>", "<|im_end|>"};
+  std::unique_ptr<Made> m = MakeAndLoad(ro);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->model.weights->config.vocab_size, 514);
+  const Tokenizer& t = *m->model.tokenizer;
+  // The old vocabulary is intact; the dummy prefix follows the special.
+  EXPECT_EQ(t.Encode("<|im_start|>Once upon a time", {.parse_special = true}),
+            (std::vector<int32_t>{1, 512, 403, 407, 261, 378}));
+  EXPECT_EQ(t.Encode("Once upon a time", {}),
+            (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_TRUE(t.IsEndOfGeneration(513));
+  EXPECT_EQ(m->model.chat_template, "");
+}
+
+TEST(RandomModelTest, SpecialTokensOnAGpt2GgufWithoutTokenTypes) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b)
+    tokens.push_back("<b" + std::to_string(b) + ">");
+  for (char c : std::string("hi")) tokens[static_cast<uint8_t>(c)] = c;
+  tokens.push_back("hi");                 // 256
+  tokens.push_back("<|begin_of_text|>");  // 257
+  GgufWriter v;
+  v.AddString("tokenizer.ggml.model", "gpt2");
+  v.AddString("tokenizer.ggml.pre", "llama-bpe");
+  v.AddStringArray("tokenizer.ggml.tokens", tokens);
+  v.AddStringArray("tokenizer.ggml.merges", {"h i"});
+  v.AddUint32("tokenizer.ggml.bos_token_id", 257);
+  v.AddString("tokenizer.chat_template", "old");
+  std::string path = ::testing::TempDir() + "/gpt2_special_vocab.gguf";
+  ASSERT_TRUE(v.WriteFile(path).ok());
+
+  RandomModelOptions ro = Small("f32");
+  ro.vocab_from = path;
+  ro.special_tokens = {"<|eot_id|>"};
+  ro.eot_token = "<|eot_id|>";
+  ro.chat_template = "new";
+  std::unique_ptr<Made> m = MakeAndLoad(ro);
+  std::remove(path.c_str());
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->model.weights->config.vocab_size, 259);
+  EXPECT_EQ(m->model.chat_template, "new");
+  const Tokenizer& t = *m->model.tokenizer;
+  // BOS's inferred control type survives the rewrite of token_type.
+  EXPECT_EQ(t.Encode("<|begin_of_text|>hi<|eot_id|>",
+                     {.add_bos = false, .parse_special = true}),
+            (std::vector<int32_t>{257, 256, 258}));
+  EXPECT_TRUE(t.IsEndOfGeneration(258));
+  EXPECT_EQ(t.DecodeToken(256, 258), "");
+}
+
+TEST(RandomModelTest, BadSpecialTokens) {
+  RandomModelOptions o = Small("f32");
+  o.special_tokens = {"<s>"};  // already the byte-level vocab's BOS
+  absl::StatusOr<std::unique_ptr<GgufWriter>> w = MakeRandomModel(o);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(w.status().message(), ::testing::HasSubstr("<s>"));
+  o.special_tokens = {"<a>", "<a>"};
+  EXPECT_FALSE(MakeRandomModel(o).ok());
+  o.special_tokens = {""};
+  EXPECT_FALSE(MakeRandomModel(o).ok());
+  o.special_tokens = {"<|im_end|>"};
+  o.eot_token = "<|eot_id|>";
+  w = MakeRandomModel(o);
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(w.status().message(), ::testing::HasSubstr("<|eot_id|>"));
+}
+
+// `kvmodel make` passes the flags through: the file it writes loads, and
+// its tokenizer knows the special tokens.
+TEST(RandomModelTest, KvmodelMakeWithSpecialTokensAndChatTemplate) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/kvmodel_chat.gguf";
+  const std::string tmpl = dir + "/kvmodel_chat.jinja";
+  const std::string text =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+      "<|im_end|>\n{% endfor %}";
+  {
+    std::ofstream f(tmpl, std::ios::binary);
+    f << text;
+  }
+  absl::StatusOr<testing::CommandResult> r = testing::RunCommand(
+      {testing::BinDir() + "/kvmodel", "make", "--out=" + out, "--n_layers=1",
+       "--special_tokens=<|im_start|>,<|im_end|>", "--eot_token=<|im_end|>",
+       "--chat_template=" + tmpl},
+      absl::Seconds(60));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 0) << r->err;
+  EXPECT_THAT(r->out, ::testing::HasSubstr("vocab_size=261"));
+  LoadOptions lo;
+  lo.model_path = out;
+  absl::StatusOr<LoadedModel> m = LoadModel(lo);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->chat_template, text);
+  EXPECT_EQ(m->tokenizer->Encode("<|im_start|>", {.parse_special = true}),
+            (std::vector<int32_t>{1, 259}));
+  EXPECT_TRUE(m->tokenizer->IsEndOfGeneration(260));
+
+  r = testing::RunCommand({testing::BinDir() + "/kvmodel", "make",
+                           "--out=" + out, "--chat_template=/no/such.jinja"},
+                          absl::Seconds(60));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 1);
+  EXPECT_THAT(r->err, ::testing::HasSubstr("/no/such.jinja"));
+  std::remove(out.c_str());
+  std::remove(tmpl.c_str());
 }
 
 TEST(RandomModelTest, BadOptions) {

@@ -102,6 +102,50 @@ TEST(GgufVocabTest, DefaultsAndInferredTypes) {
   EXPECT_EQ(v->eos_id, -1);
 }
 
+TEST(GgufVocabTest, EotAndEomIds) {
+  GgufWriter w;
+  w.AddString("tokenizer.ggml.model", "llama");
+  w.AddStringArray("tokenizer.ggml.tokens",
+                   {"<unk>", "<s>", "</s>", "<|eot_id|>", "<|eom_id|>"});
+  absl::StatusOr<Vocab> v = VocabOf(w);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->eot_id, -1);  // absent: none
+  EXPECT_EQ(v->eom_id, -1);
+
+  w.AddUint32("tokenizer.ggml.eot_token_id", 3);
+  w.AddInt32("tokenizer.ggml.eom_token_id", 4);
+  v = VocabOf(w);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->eot_id, 3);
+  EXPECT_EQ(v->eom_id, 4);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = CreateTokenizer(*v);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE((*t)->IsEndOfGeneration(2));
+  EXPECT_TRUE((*t)->IsEndOfGeneration(3));
+  EXPECT_TRUE((*t)->IsEndOfGeneration(4));
+  EXPECT_FALSE((*t)->IsEndOfGeneration(1));
+
+  for (const char* key :
+       {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    GgufWriter bad;
+    bad.AddString("tokenizer.ggml.model", "llama");
+    bad.AddStringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    bad.AddUint32(key, 3);
+    v = VocabOf(bad);
+    ASSERT_FALSE(v.ok()) << key;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(v.status().message(), HasSubstr(key));
+    GgufWriter none;  // the "none" values
+    none.AddString("tokenizer.ggml.model", "llama");
+    none.AddStringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    none.AddUint32(key, 0xFFFFFFFFu);
+    v = VocabOf(none);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(v->eot_id, -1);
+    EXPECT_EQ(v->eom_id, -1);
+  }
+}
+
 TEST(GgufVocabTest, ErrorsNameTheKey) {
   GgufWriter none;
   absl::StatusOr<Vocab> v = VocabOf(none);

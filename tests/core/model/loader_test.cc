@@ -95,6 +95,35 @@ TEST(LoaderTest, StoriesConfigFromBothFormats) {
   }
 }
 
+TEST(LoaderTest, ChatTemplateFromGgufOnly) {
+  SKIP_WITHOUT_STORIES();
+  // stories260K has no template, and llama2.c files never do.
+  EXPECT_EQ(MustLoad(Gguf()).chat_template, "");
+  EXPECT_EQ(MustLoad(Bin()).chat_template, "");
+
+  RandomModelOptions ro;
+  ro.n_layers = 1;
+  ro.special_tokens = {"<|im_start|>", "<|im_end|>"};
+  ro.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  absl::StatusOr<std::unique_ptr<GgufWriter>> w = MakeRandomModel(ro);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::string bytes = (*w)->Serialize();
+  absl::StatusOr<LoadedModel> m =
+      LoadModelFromFile(MappedFile::FromBytes(bytes, "chat.gguf"), {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->chat_template, ro.chat_template);
+
+  // A template that is not a string is an error naming the key.
+  ro.chat_template.clear();
+  w = MakeRandomModel(ro);
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->AddUint32("tokenizer.chat_template", 7);
+  bytes = (*w)->Serialize();
+  m = LoadModelFromFile(MappedFile::FromBytes(bytes, "bad.gguf"), {});
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("tokenizer.chat_template"));
+}
+
 TEST(LoaderTest, BothFormatsGiveIdenticalF32Tensors) {
   SKIP_WITHOUT_STORIES();
   LoadedModel g = MustLoad(Gguf());

@@ -205,6 +205,61 @@ TEST(BpeTokenizerTest, RoundTripsAnyBytes) {
   EXPECT_EQ(t->Piece(258), Gpt2Char(' ') + "the");
 }
 
+// SmallGpt2Vocab with chat tokens appended.
+Vocab SmallGpt2ChatVocab() {
+  Vocab v = SmallGpt2Vocab();
+  auto add = [&](std::string piece, TokenType type) {
+    v.tokens.push_back(std::move(piece));
+    v.token_types.push_back(type);
+  };
+  add("<|eot_id|>", TokenType::kControl);      // 268
+  add("<|im_start|>", TokenType::kControl);    // 269
+  add("<|im", TokenType::kUserDefined);        // 270: a prefix of 269
+  add("<|im_end|>", TokenType::kUserDefined);  // 271: not an end (not control)
+  return v;
+}
+
+TEST(BpeTokenizerTest, ParseSpecialMatchesWholeTokens) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallGpt2ChatVocab());
+  ASSERT_NE(t, nullptr);
+  const EncodeOptions special{.add_bos = false, .parse_special = true};
+  // Each run of text is pre-tokenized alone: " the" after the special is
+  // still "Ġthe"; there is no dummy prefix.
+  EXPECT_THAT(t->Encode("hello<|eot_id|> the", special),
+              ElementsAre(261, 268, 258));
+  EXPECT_THAT(t->Encode("<|begin_of_text|>he", special), ElementsAre(266, 256));
+  EXPECT_THAT(t->Encode("<|eot_id|><|eot_id|>", special),
+              ElementsAre(268, 268));
+  EXPECT_THAT(t->Encode("<|im_start|><|imhe", special),
+              ElementsAre(269, 270, 256));
+  EXPECT_THAT(t->Encode("he<|im_end|>", {.parse_special = true}),
+              ElementsAre(266, 256, 271));
+  // Off by default: the same text is ordinary bytes.
+  std::vector<int32_t> plain = t->Encode("he<|eot_id|>", {.add_bos = false});
+  EXPECT_THAT(plain, ::testing::Not(::testing::Contains(268)));
+  EXPECT_EQ(
+      plain,
+      MustCreate(SmallGpt2Vocab())->Encode("he<|eot_id|>", {.add_bos = false}));
+  // Control tokens decode to nothing, user-defined ones to their text.
+  EXPECT_EQ(DecodeAll(*t, t->Encode("he<|eot_id|> the<|im_end|>", special)),
+            "he the<|im_end|>");
+  EXPECT_EQ(DecodeAll(*t, plain), "he<|eot_id|>");
+}
+
+TEST(BpeTokenizerTest, EndOfGeneration) {
+  Vocab v = SmallGpt2ChatVocab();
+  std::unique_ptr<Tokenizer> t = MustCreate(v);
+  ASSERT_NE(t, nullptr);
+  EXPECT_TRUE(t->IsEndOfGeneration(267));   // eos
+  EXPECT_TRUE(t->IsEndOfGeneration(268));   // control "<|eot_id|>"
+  EXPECT_FALSE(t->IsEndOfGeneration(271));  // user-defined "<|im_end|>"
+  EXPECT_FALSE(t->IsEndOfGeneration(266));
+  EXPECT_FALSE(t->IsEndOfGeneration(269));
+  v.eom_id = 269;
+  t = MustCreate(v);
+  EXPECT_TRUE(t->IsEndOfGeneration(269));
+}
+
 TEST(BpeTokenizerTest, RefusesOtherPreTokenizers) {
   for (const char* pre : {"default", "gpt-2", "qwen2", ""}) {
     Vocab v = SmallGpt2Vocab();

@@ -1,5 +1,7 @@
 #include "core/tokenizer/spm_tokenizer.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -208,6 +210,96 @@ TEST(SpmTokenizerTest, DecodeStripsSpaceOnlyAfterBos) {
             "a");
 }
 
+// SmallVocab with chat-style special tokens.
+Vocab SmallChatVocab() {
+  Vocab v = SmallVocab();
+  auto add = [&](std::string piece, TokenType type) {
+    v.tokens.push_back(std::move(piece));
+    v.scores.push_back(0);
+    v.token_types.push_back(type);
+  };
+  add("<|im_start|>", TokenType::kControl);  // 13
+  add("<|im_end|>", TokenType::kControl);    // 14
+  add("<|im", TokenType::kUserDefined);      // 15: a prefix of 13 and 14
+  add("<|end|>", TokenType::kUserDefined);   // 16
+  return v;
+}
+
+TEST(SpmTokenizerTest, ParseSpecialMatchesWholeTokens) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallChatVocab());
+  const EncodeOptions special{.add_bos = false, .parse_special = true};
+  // The dummy prefix goes on the first text and on text after a special
+  // ("▁a" = 8, "▁" = 3), as in llama.cpp.
+  EXPECT_THAT(t->Encode("<|im_start|>ab", special), ElementsAre(13, 8, 5));
+  EXPECT_THAT(t->Encode("a<|im_start|>b<|im_end|>", special),
+              ElementsAre(8, 13, 3, 5, 14));
+  // A special at the start or end, alone, or next to another.
+  EXPECT_THAT(t->Encode("<|im_start|>", {.parse_special = true}),
+              ElementsAre(1, 13));
+  EXPECT_THAT(t->Encode("a<|im_end|>", special), ElementsAre(8, 14));
+  EXPECT_THAT(t->Encode("<|im_end|><|im_start|>", special),
+              ElementsAre(14, 13));
+  // Longest match: "<|im_start|>" over its prefix "<|im", which still
+  // matches where nothing longer does; user-defined tokens are special too.
+  EXPECT_THAT(t->Encode("<|ima<|end|>", special), ElementsAre(15, 8, 16));
+  // Without the dummy prefix, no fragment gets it.
+  EXPECT_THAT(t->Encode("<|im_start|>ab<|im_end|>a", {.add_bos = false,
+                                                      .add_dummy_prefix = false,
+                                                      .parse_special = true}),
+              ElementsAre(13, 6, 14, 4));
+  // BOS is still added per the options and the vocabulary.
+  EXPECT_THAT(t->Encode("a", {.parse_special = true}), ElementsAre(1, 8));
+  EXPECT_THAT(t->Encode("", {.parse_special = true}), ElementsAre(1));
+}
+
+TEST(SpmTokenizerTest, ParseSpecialIsOffByDefault) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallChatVocab());
+  for (const char* text : {"<|im_start|>", "a<|im_end|>b", "<|im<s>"}) {
+    std::vector<int32_t> plain = t->Encode(text, {});
+    EXPECT_THAT(plain, ::testing::Not(::testing::Contains(13)));
+    EXPECT_THAT(plain, ::testing::Not(::testing::Contains(14)));
+    EXPECT_THAT(plain, ::testing::Not(::testing::Contains(15)));
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), 1), 1) << text;
+  }
+  // Same as a vocabulary without the special tokens.
+  std::unique_ptr<Tokenizer> base = MustCreate(SmallVocab());
+  EXPECT_EQ(t->Encode("x<|im_end|>a", {}), base->Encode("x<|im_end|>a", {}));
+}
+
+TEST(SpmTokenizerTest, ParseSpecialDecodesControlTokensToNothing) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallChatVocab());
+  EXPECT_EQ(t->DecodeToken(-1, 13), "");
+  EXPECT_EQ(t->DecodeToken(-1, 14), "");
+  EXPECT_EQ(t->DecodeToken(-1, 15), "<|im");  // user-defined: its text
+  EXPECT_EQ(t->Piece(13), "<|im_start|>");
+  const EncodeOptions raw{
+      .add_bos = false, .add_dummy_prefix = false, .parse_special = true};
+  EXPECT_EQ(DecodeAll(*t, t->Encode("ab<|im_end|>a<|ima<|im_start|>", raw)),
+            "aba<|ima");
+  // With the dummy prefix, text after a special decodes with its space.
+  EXPECT_EQ(DecodeAll(*t, t->Encode("<|im_start|>ab", {.parse_special = true})),
+            " ab");
+}
+
+TEST(SpmTokenizerTest, EndOfGeneration) {
+  Vocab v = SmallChatVocab();
+  std::unique_ptr<Tokenizer> t = MustCreate(v);
+  EXPECT_TRUE(t->IsEndOfGeneration(2));    // eos
+  EXPECT_TRUE(t->IsEndOfGeneration(14));   // control "<|im_end|>"
+  EXPECT_FALSE(t->IsEndOfGeneration(16));  // user-defined "<|end|>"
+  EXPECT_FALSE(t->IsEndOfGeneration(13));
+  EXPECT_FALSE(t->IsEndOfGeneration(1));
+  EXPECT_FALSE(t->IsEndOfGeneration(-1));
+  EXPECT_FALSE(t->IsEndOfGeneration(v.size()));
+  v.eot_id = 13;
+  v.eom_id = 4;
+  t = MustCreate(v);
+  EXPECT_TRUE(t->IsEndOfGeneration(13));
+  EXPECT_TRUE(t->IsEndOfGeneration(4));
+  v.eot_id = 99;
+  EXPECT_FALSE(CreateTokenizer(v).ok());
+}
+
 TEST(SpmTokenizerTest, RejectsBadVocab) {
   Vocab v = SmallVocab();
   v.scores.pop_back();
@@ -323,6 +415,72 @@ TEST_F(Tok512Test, MatchesRunCEncodeOnRandomText) {
               ReferenceEncode(vocab_, text, bos))
         << "text: \"" << text << "\"";
   }
+}
+
+// tok512 plus chat tokens: a parse_special encode is the concatenation of
+// the plain encodes of the text between the specials, each with the dummy
+// prefix only at the start or after a special.
+TEST_F(Tok512Test, ParseSpecialEqualsEncodingTheFragments) {
+  Vocab v = vocab_;
+  for (const char* piece : {"<|im_start|>", "<|im_end|>"}) {
+    v.tokens.push_back(piece);
+    v.scores.push_back(0);
+    v.token_types.push_back(TokenType::kControl);
+  }
+  std::unique_ptr<Tokenizer> t = MustCreate(v);
+  const int32_t start = 512, end = 513;
+  auto plain = [&](const std::string& text, bool prefix) {
+    return t->Encode(text, {.add_bos = false, .add_dummy_prefix = prefix});
+  };
+  std::vector<int32_t> want = {1, start};
+  for (const std::vector<int32_t>& part :
+       {plain("user\nOnce upon a time", true),
+        {end},
+        plain("\n", true),
+        {start},
+        plain("assistant\n", true)}) {
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(t->Encode("<|im_start|>user\nOnce upon a time<|im_end|>\n"
+                      "<|im_start|>assistant\n",
+                      {.parse_special = true}),
+            want);
+  // "<s>" is BOS's text and a control token: parse_special matches it too.
+  EXPECT_THAT(t->Encode("<s>Lily", {.add_bos = false, .parse_special = true}),
+              ElementsAreArray([&] {
+                std::vector<int32_t> ids = {1};
+                for (int32_t id : plain("Lily", true)) ids.push_back(id);
+                return ids;
+              }()));
+  // Without parse_special the same text is ordinary text, as before.
+  EXPECT_EQ(t->Encode("<|im_start|>hi", {}),
+            tokenizer_->Encode("<|im_start|>hi", {}));
+}
+
+// A chat prompt of about 100k tokens encodes in time linear in its length.
+TEST_F(Tok512Test, LongChatPromptWithParseSpecial) {
+  Vocab v = vocab_;
+  for (const char* piece : {"<|im_start|>", "<|im_end|>"}) {
+    v.tokens.push_back(piece);
+    v.scores.push_back(0);
+    v.token_types.push_back(TokenType::kControl);
+  }
+  std::unique_ptr<Tokenizer> t = MustCreate(v);
+  const std::string turn =
+      "<|im_start|>user\nOnce upon a time there was a ball.<|im_end|>\n";
+  const EncodeOptions special{.add_bos = false, .parse_special = true};
+  const size_t per_turn = t->Encode(turn, special).size();
+  std::string text;
+  const size_t turns = 100000 / per_turn + 1;
+  for (size_t i = 0; i < turns; ++i) text += turn;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = t->Encode(text, special);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_EQ(ids.size(), per_turn * turns);
+  EXPECT_GE(ids.size(), 100000u);
+  EXPECT_LT(seconds, 10.0);
 }
 
 TEST(Llama2cVocabTest, RejectsTruncatedAndImplausibleFiles) {
