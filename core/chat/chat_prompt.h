@@ -1,0 +1,32 @@
+// A conversation turned into the model's prompt: rendered with the chat
+// template, then tokenized with the vocabulary's control tokens matched as
+// whole tokens. Shared by the engine's chat turns, the gRPC
+// ApplyChatTemplate and the HTTP API, so that all three give the same ids.
+#ifndef KVSERVE_CORE_CHAT_CHAT_PROMPT_H_
+#define KVSERVE_CORE_CHAT_CHAT_PROMPT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chat/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace kvserve {
+
+struct ChatPrompt {
+  std::string text;
+  std::vector<int32_t> token_ids;
+};
+
+// BOS is added when the vocabulary asks for it and the rendering does not
+// already begin with the BOS piece (templates that print bos_token get one
+// BOS, not two). Errors are the template's (ChatTemplate::Render).
+absl::StatusOr<ChatPrompt> RenderChatPrompt(const ChatTemplate& chat_template,
+                                            const Tokenizer& tokenizer,
+                                            const ChatTemplateInput& input);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CORE_CHAT_CHAT_PROMPT_H_

@@ -1,0 +1,99 @@
+#include "core/chat/chat_template.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/chat/jinja.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve {
+
+const char kChatMlTemplate[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' "
+    "+ message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
+    "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+namespace {
+
+// A JSON array field of the input (tool_calls, tools) as template objects.
+absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view json,
+                                                      std::string_view where) {
+  nlohmann::ordered_json parsed =
+      nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return absl::InvalidArgumentError(std::string(where) +
+                                      " is not valid JSON");
+  }
+  return parsed;
+}
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(std::string source, std::string bos_token,
+                           std::string eos_token,
+                           std::unique_ptr<jinja::Template> parsed)
+    : source_(std::move(source)),
+      bos_token_(std::move(bos_token)),
+      eos_token_(std::move(eos_token)),
+      parsed_(std::move(parsed)) {}
+
+ChatTemplate::~ChatTemplate() = default;
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(
+    std::string source, std::string bos_token, std::string eos_token) {
+  absl::StatusOr<std::unique_ptr<jinja::Template>> parsed =
+      jinja::Template::Parse(source);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template: ", parsed.status().message()));
+  }
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplate(std::move(source), std::move(bos_token),
+                       std::move(eos_token), *std::move(parsed)));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(
+    const ChatTemplateInput& input) const {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < input.messages.size(); ++i) {
+    const ChatMessage& m = input.messages[i];
+    nlohmann::ordered_json message = nlohmann::ordered_json::object();
+    message["role"] = m.role;
+    message["content"] = m.content;
+    if (!m.name.empty()) message["name"] = m.name;
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    if (!m.tool_calls_json.empty()) {
+      absl::StatusOr<nlohmann::ordered_json> calls = ParseJsonField(
+          m.tool_calls_json, absl::StrCat("messages[", i, "].tool_calls"));
+      if (!calls.ok()) return calls.status();
+      message["tool_calls"] = *std::move(calls);
+    }
+    messages.push_back(std::move(message));
+  }
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  context["messages"] = std::move(messages);
+  context["add_generation_prompt"] = input.add_generation_prompt;
+  context["bos_token"] = bos_token_;
+  context["eos_token"] = eos_token_;
+  if (input.tools_json.empty()) {
+    context["tools"] = nullptr;
+  } else {
+    absl::StatusOr<nlohmann::ordered_json> tools =
+        ParseJsonField(input.tools_json, "tools");
+    if (!tools.ok()) return tools.status();
+    context["tools"] = *std::move(tools);
+  }
+  context["documents"] = nullptr;
+  jinja::RenderOptions options;
+  options.now = input.now;
+  absl::StatusOr<std::string> text = parsed_->Render(context, options);
+  if (!text.ok()) {
+    if (jinja::IsRaisedException(text.status())) return text.status();
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template: ", text.status().message()));
+  }
+  return text;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,71 @@
+// A small Jinja2 interpreter for chat templates: the language as Python's
+// jinja2 (3.1) implements it, in the environment Hugging Face transformers
+// renders chat templates with (ImmutableSandboxedEnvironment, trim_blocks,
+// lstrip_blocks, jinja2.ext.loopcontrols, the {% generation %} tag,
+// transformers' tojson, globals raise_exception and strftime_now). Output is
+// byte-identical to that environment's for the constructs it supports;
+// anything else is an error naming the construct, never a guess.
+//
+// Sandboxed: templates are untrusted input. No attribute access outside
+// dicts, lists and strings (and only their non-mutating methods); loops,
+// recursion and output are bounded by RenderOptions.
+//
+// Thread-safety: a parsed Template is immutable; Render() may run
+// concurrently.
+#ifndef KVSERVE_CORE_CHAT_JINJA_H_
+#define KVSERVE_CORE_CHAT_JINJA_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace kvserve::jinja {
+
+struct RenderOptions {
+  int64_t max_output_bytes = int64_t{4} << 20;
+  // Loop iterations plus macro calls, over the whole render.
+  int64_t max_steps = 1'000'000;
+  // Nesting of macro calls and expression evaluation.
+  int max_depth = 200;
+  // strftime_now's clock (local time zone rules of the process, as Python's
+  // datetime.now()); unset: the current time.
+  std::optional<absl::Time> now;
+};
+
+class Node;  // the parsed tree (jinja.cc)
+
+class Template {
+ public:
+  // INVALID_ARGUMENT naming line:column and what was expected.
+  static absl::StatusOr<std::unique_ptr<Template>> Parse(
+      std::string_view source);
+  ~Template();
+
+  // Renders with `context`'s keys as variables (a JSON object; key order is
+  // kept, as Python dicts keep it). JSON null is None, arrays are lists,
+  // objects are dicts, integers stay ints and other numbers floats.
+  // raise_exception(msg) fails with INVALID_ARGUMENT whose message is
+  // exactly msg; other errors are INVALID_ARGUMENT naming the construct and
+  // its line ("line 3: 'foo' is undefined", "line 7: loop limit of 1000000
+  // steps reached").
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
+                                     const RenderOptions& options = {}) const;
+
+ private:
+  Template();
+  std::unique_ptr<Node> root_;
+  friend class Parser;
+};
+
+// The message of a status made by raise_exception (so callers can tell a
+// template's own refusal from an interpreter error): true for those.
+bool IsRaisedException(const absl::Status& status);
+
+}  // namespace kvserve::jinja
+
+#endif  // KVSERVE_CORE_CHAT_JINJA_H_
