@@ -313,6 +313,16 @@ absl::StatusOr<v1::TokenizeResponse> Client::Tokenize(
       });
 }
 
+absl::StatusOr<v1::ApplyChatTemplateResponse> Client::ApplyChatTemplate(
+    const v1::ApplyChatTemplateRequest& request, const CallOptions& options) {
+  return Unary<v1::ApplyChatTemplateResponse>(
+      options, "",
+      [&](grpc::ClientContext* context,
+          v1::ApplyChatTemplateResponse* response) {
+        return inference_->ApplyChatTemplate(context, request, response);
+      });
+}
+
 absl::StatusOr<v1::DetokenizeResponse> Client::Detokenize(
     const v1::DetokenizeRequest& request, const CallOptions& options) {
   return Unary<v1::DetokenizeResponse>(

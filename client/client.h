@@ -152,6 +152,9 @@ class Client {
       const v1::TokenizeRequest& request, const CallOptions& options = {});
   absl::StatusOr<v1::DetokenizeResponse> Detokenize(
       const v1::DetokenizeRequest& request, const CallOptions& options = {});
+  absl::StatusOr<v1::ApplyChatTemplateResponse> ApplyChatTemplate(
+      const v1::ApplyChatTemplateRequest& request,
+      const CallOptions& options = {});
 
   // grpc.health.v1 Check of the whole server (service ""). UNKNOWN and
   // SERVICE_UNKNOWN count as NOT_SERVING; a failed RPC is an error.

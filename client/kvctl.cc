@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -84,6 +86,19 @@ ABSL_FLAG(std::optional<int32_t>, logprobs, std::nullopt,
           "generate --json: add each token's logprob and this many "
           "alternatives (0..20).");
 ABSL_FLAG(bool, add_bos, false, "tokenize: prepend BOS as for a new session.");
+ABSL_FLAG(bool, parse_special, false,
+          "generate, append, tokenize: match control tokens (\"<|im_start|>\") "
+          "in TEXT as whole tokens.");
+ABSL_FLAG(std::string, system, "",
+          "chat, template: a system message before the conversation.");
+ABSL_FLAG(std::string, messages, "",
+          "chat, template: a JSON file (\"-\": stdin) holding an array of "
+          "messages {role, content, name, tool_call_id, tool_calls}, sent "
+          "before TEXT's user message.");
+ABSL_FLAG(std::string, tools, "",
+          "template: a JSON file holding the array of tool definitions.");
+ABSL_FLAG(bool, generation_prompt, true,
+          "template: end with the header of an assistant reply.");
 
 namespace kvserve {
 namespace {
@@ -107,7 +122,17 @@ Commands:
                                         streams the generated text; with --json one
                                         {"token_id", "text"} object per token, then
                                         {"finish_reason", "usage", "timings"}
-  tokenize [--add_bos] TEXT             token ids and pieces
+  chat [--session=ID] [--system=TEXT] [--messages=FILE] [generate's flags] [TEXT]
+                                        one chat turn: TEXT as a user message,
+                                        rendered with the model's chat template;
+                                        streams the reply. Without TEXT: one turn
+                                        per line of stdin, in --session or a new
+                                        session (its id goes to stderr)
+  template [--system=TEXT] [--messages=FILE] [--tools=FILE]
+           [--nogeneration_prompt] [--json] [TEXT]
+                                        the prompt the chat template renders
+                                        (--json: with its token ids)
+  tokenize [--add_bos] [--parse_special] TEXT   token ids and pieces
   detokenize ID...                      the text of the token ids
 
 Connection: --addr=HOST:PORT; --tls_ca=FILE for TLS (--tls_cert=FILE and
@@ -356,6 +381,8 @@ class Commands {
     if (command == "append") return Append(args);
     if (command == "generate") return Generate(args);
     if (command == "tokenize") return Tokenize(args);
+    if (command == "chat") return Chat(args);
+    if (command == "template") return Template(args);
     if (command == "detokenize") return Detokenize(args);
     return UsageError(absl::StrCat("unknown command \"", command, "\""));
   }
@@ -506,12 +533,133 @@ class Commands {
   }
 
   int Generate(const Args& args) {
-    v1::GenerateRequest request;
-    request.set_session_id(absl::GetFlag(FLAGS_session));
+    v1::GenerateRequest request = GenerateRequestFromFlags();
     if (args.size() < 2 && request.session_id().empty()) {
       return UsageError("generate needs a PROMPT (or --session=ID)");
     }
     if (args.size() >= 2) request.mutable_prompt()->set_text(args.Text(1));
+    request.mutable_prompt()->set_parse_special(
+        absl::GetFlag(FLAGS_parse_special));
+    return Stream(request);
+  }
+
+  // A chat turn: the messages of --system, --messages and TEXT.
+  int Chat(const Args& args) {
+    absl::StatusOr<std::vector<v1::ChatMessage>> messages =
+        MessagesFromFlags(args.size() >= 2 ? args.Text(1) : "");
+    if (!messages.ok()) return UsageError(messages.status().message());
+    v1::GenerateRequest request = GenerateRequestFromFlags();
+    if (args.size() >= 2) {
+      if (messages->empty()) return UsageError("chat needs a message");
+      *request.mutable_prompt()->mutable_messages()->mutable_messages() = {
+          messages->begin(), messages->end()};
+      return Stream(request);
+    }
+    // One turn per line of stdin, in one session.
+    if (request.session_id().empty()) {
+      v1::CreateSessionRequest create;
+      create.set_owner(absl::GetFlag(FLAGS_owner));
+      absl::StatusOr<v1::Session> session =
+          client_->CreateSession(create, Options());
+      if (!session.ok()) return Fail(session.status());
+      request.set_session_id(session->session_id());
+      std::cerr << "kvctl: session " << session->session_id() << std::endl;
+    }
+    std::string line;
+    bool first = true;
+    while (std::getline(std::cin, line)) {
+      if (line.empty()) continue;
+      std::vector<v1::ChatMessage> turn;
+      if (first) turn = *messages;  // --system and --messages start it
+      first = false;
+      turn.emplace_back();
+      turn.back().set_role("user");
+      turn.back().set_content(line);
+      *request.mutable_prompt()->mutable_messages()->mutable_messages() = {
+          turn.begin(), turn.end()};
+      if (int code = Stream(request); code != kExitOk) return code;
+    }
+    return kExitOk;
+  }
+
+  int Template(const Args& args) {
+    absl::StatusOr<std::vector<v1::ChatMessage>> messages =
+        MessagesFromFlags(args.size() >= 2 ? args.Text(1) : "");
+    if (!messages.ok()) return UsageError(messages.status().message());
+    v1::ApplyChatTemplateRequest request;
+    *request.mutable_messages() = {messages->begin(), messages->end()};
+    request.set_add_generation_prompt(absl::GetFlag(FLAGS_generation_prompt));
+    if (const std::string path = absl::GetFlag(FLAGS_tools); !path.empty()) {
+      absl::StatusOr<nlohmann::ordered_json> tools = ReadJsonFile(path);
+      if (!tools.ok()) return UsageError(tools.status().message());
+      if (!tools->is_array()) {
+        return UsageError(absl::StrCat("--tools: ", path,
+                                       " must hold a JSON array of tools"));
+      }
+      request.set_tools_json(tools->dump());
+    }
+    absl::StatusOr<v1::ApplyChatTemplateResponse> response =
+        client_->ApplyChatTemplate(request, Options());
+    if (!response.ok()) return Fail(response.status());
+    if (absl::GetFlag(FLAGS_json)) {
+      return PrintMessage(*response) ? kExitOk : WriteFailed();
+    }
+    return WriteOut(response->text()) ? kExitOk : WriteFailed();
+  }
+
+  // --system, then the messages of --messages, then `text` as a user
+  // message (when not empty).
+  static absl::StatusOr<std::vector<v1::ChatMessage>> MessagesFromFlags(
+      const std::string& text) {
+    std::vector<v1::ChatMessage> messages;
+    auto add = [&messages](std::string role, std::string content) {
+      messages.emplace_back();
+      messages.back().set_role(std::move(role));
+      messages.back().set_content(std::move(content));
+    };
+    if (const std::string system = absl::GetFlag(FLAGS_system);
+        !system.empty()) {
+      add("system", system);
+    }
+    if (const std::string path = absl::GetFlag(FLAGS_messages); !path.empty()) {
+      absl::StatusOr<nlohmann::ordered_json> json = ReadJsonFile(path);
+      if (!json.ok()) return json.status();
+      absl::StatusOr<std::vector<v1::ChatMessage>> parsed =
+          ChatMessagesFromJson(*json);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--messages: ", path, ": ", parsed.status().message()));
+      }
+      messages.insert(messages.end(), parsed->begin(), parsed->end());
+    }
+    if (!text.empty()) add("user", text);
+    return messages;
+  }
+
+  static absl::StatusOr<nlohmann::ordered_json> ReadJsonFile(
+      const std::string& path) {
+    std::string data;
+    if (path == "-") {
+      data.assign(std::istreambuf_iterator<char>(std::cin),
+                  std::istreambuf_iterator<char>());
+    } else {
+      std::ifstream in(path, std::ios::binary);
+      if (!in)
+        return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+      data.assign(std::istreambuf_iterator<char>(in),
+                  std::istreambuf_iterator<char>());
+    }
+    nlohmann::ordered_json json = nlohmann::ordered_json::parse(
+        data, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
+    }
+    return json;
+  }
+
+  static v1::GenerateRequest GenerateRequestFromFlags() {
+    v1::GenerateRequest request;
+    request.set_session_id(absl::GetFlag(FLAGS_session));
     if (auto v = absl::GetFlag(FLAGS_max_tokens)) request.set_max_tokens(*v);
     v1::SamplingParams& sampling = *request.mutable_sampling();
     if (auto v = absl::GetFlag(FLAGS_temperature)) sampling.set_temperature(*v);
@@ -524,7 +672,11 @@ class Commands {
     request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
     if (auto v = absl::GetFlag(FLAGS_logprobs)) request.set_logprobs(*v);
     request.set_owner(absl::GetFlag(FLAGS_owner));
+    return request;
+  }
 
+  // Streams a Generate's output to stdout.
+  int Stream(const v1::GenerateRequest& request) {
     const bool json = absl::GetFlag(FLAGS_json);
     bool write_failed = false;
     bool printed_text = false;
@@ -560,6 +712,7 @@ class Commands {
     v1::TokenizeRequest request;
     request.set_text(args.Text(1));
     request.set_add_bos(absl::GetFlag(FLAGS_add_bos));
+    request.set_parse_special(absl::GetFlag(FLAGS_parse_special));
     absl::StatusOr<v1::TokenizeResponse> response =
         client_->Tokenize(request, Options());
     if (!response.ok()) return Fail(response.status());

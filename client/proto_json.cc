@@ -199,4 +199,43 @@ std::string ProtoToText(const Message& message, absl::string_view prefix) {
   return out;
 }
 
+absl::StatusOr<std::vector<v1::ChatMessage>> ChatMessagesFromJson(
+    const Json& json) {
+  if (!json.is_array()) {
+    return absl::InvalidArgumentError("messages must be a JSON array");
+  }
+  std::vector<v1::ChatMessage> messages;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const Json& m = json[i];
+    if (!m.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", i, " is not an object"));
+    }
+    v1::ChatMessage out;
+    for (const auto& [key, value] : m.items()) {
+      if (key == "tool_calls") {
+        if (!value.is_null()) out.set_tool_calls_json(value.dump());
+        continue;
+      }
+      std::string* field = key == "role"           ? out.mutable_role()
+                           : key == "content"      ? out.mutable_content()
+                           : key == "name"         ? out.mutable_name()
+                           : key == "tool_call_id" ? out.mutable_tool_call_id()
+                                                   : nullptr;
+      if (field == nullptr || value.is_null()) continue;
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("message ", i, ": \"", key, "\" must be a string"));
+      }
+      *field = value.get<std::string>();
+    }
+    if (out.role().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", i, " has no \"role\""));
+    }
+    messages.push_back(std::move(out));
+  }
+  return messages;
+}
+
 }  // namespace kvserve

@@ -11,7 +11,9 @@
 #define KVSERVE_CLIENT_PROTO_JSON_H_
 
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
 #include "kvserve/v1/inference.pb.h"
@@ -38,6 +40,12 @@ Json ProtoToJson(const google::protobuf::Message& message);
 // object per token, then {"finish_reason", "usage", "timings"[,
 // "session_id"][, "text"]} with finish_reason as FinishReasonName gives it.
 Json TokenToJson(const v1::GeneratedToken& token);
+
+// Chat messages from a JSON array of {role, content, name, tool_call_id,
+// tool_calls} objects (content a string or null; tool_calls any JSON,
+// carried as its text). INVALID_ARGUMENT naming the message and field.
+absl::StatusOr<std::vector<v1::ChatMessage>> ChatMessagesFromJson(
+    const Json& json);
 Json FinalToJson(const v1::GenerateFinal& final_message);
 
 // The fields as "name: value" lines; nested messages as "outer.inner:

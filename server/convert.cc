@@ -36,10 +36,26 @@ v1::FinishReason ToProto(FinishReason r) {
 
 }  // namespace
 
+ChatMessage FromProto(const v1::ChatMessage& m) {
+  return ChatMessage{.role = m.role(),
+                     .content = m.content(),
+                     .name = m.name(),
+                     .tool_call_id = m.tool_call_id(),
+                     .tool_calls_json = m.tool_calls_json()};
+}
+
 Input FromProto(const v1::Input& input) {
   if (input.has_tokens()) {
     return std::vector<int32_t>(input.tokens().ids().begin(),
                                 input.tokens().ids().end());
+  }
+  if (input.has_messages()) {
+    ChatInput chat;
+    for (const v1::ChatMessage& m : input.messages().messages()) {
+      chat.messages.push_back(FromProto(m));
+    }
+    chat.tools_json = input.messages().tools_json();
+    return chat;
   }
   return input.text();
 }
@@ -50,6 +66,7 @@ absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
   p.session_id = request.session_id();
   p.owner = request.owner();
   p.prompt = FromProto(request.prompt());
+  p.parse_special = request.prompt().parse_special();
   // Ranges are checked by the engine (ValidateGenerateParams).
   p.max_tokens =
       request.has_max_tokens() ? request.max_tokens() : default_max_tokens;
@@ -99,6 +116,14 @@ void ToProto(const SessionInfo& info, v1::Session* out) {
   }
   out->set_owner(info.owner);
   out->mutable_token_ids()->Add(info.tokens.begin(), info.tokens.end());
+  for (const ChatMessage& m : info.messages) {
+    v1::ChatMessage* o = out->add_messages();
+    o->set_role(m.role);
+    o->set_content(m.content);
+    o->set_name(m.name);
+    o->set_tool_call_id(m.tool_call_id);
+    o->set_tool_calls_json(m.tool_calls_json);
+  }
   out->set_busy(info.busy);
 }
 

@@ -13,6 +13,7 @@
 
 namespace kvserve {
 
+ChatMessage FromProto(const v1::ChatMessage& message);
 Input FromProto(const v1::Input& input);
 
 // A Generate request; max_tokens is default_max_tokens when unset, the

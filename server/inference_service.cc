@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "core/chat/chat_prompt.h"
 #include "core/quant/quant.h"
 #include "core/text/utf8_stream_decoder.h"
 #include "core/util/cpu_features.h"
@@ -270,11 +271,15 @@ class AppendSink final : public TokenSink {
 }  // namespace
 
 InferenceService::InferenceService(Engine* engine, const ModelWeights* weights,
-                                   const Tokenizer* tokenizer, Metrics* metrics,
-                                   const Authenticator* auth)
+                                   const Tokenizer* tokenizer,
+                                   const ChatTemplate* chat_template,
+                                   std::string chat_template_origin,
+                                   Metrics* metrics, const Authenticator* auth)
     : engine_(engine),
       weights_(weights),
       tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      chat_template_origin_(std::move(chat_template_origin)),
       metrics_(metrics),
       auth_(auth) {}
 
@@ -322,6 +327,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
   response->set_weight_bytes(weights_->TotalBytes());
   response->set_cpu(CpuFeatureString(Cpu()));
   response->set_isa(std::string(IsaLevelName(EffectiveIsa())));
+  response->set_chat_template(chat_template_origin_);
   return call.Finish(absl::OkStatus());
 }
 
@@ -339,10 +345,12 @@ grpc::ServerUnaryReactor* InferenceService::CreateSession(
   }
   auto ttl = TtlFromProto(request->has_ttl_seconds(), request->ttl_seconds());
   if (!ttl.ok()) return call.Finish(ttl.status());
-  CreateSessionParams params{.id = request->session_id(),
-                             .owner = caller->owner,
-                             .ttl = *ttl,
-                             .initial = FromProto(request->initial())};
+  CreateSessionParams params{
+      .id = request->session_id(),
+      .owner = caller->owner,
+      .ttl = *ttl,
+      .initial = FromProto(request->initial()),
+      .parse_special = request->initial().parse_special()};
   engine_->CreateSession(
       std::move(params),
       call.Reply<SessionInfo>(
@@ -434,6 +442,7 @@ grpc::ServerUnaryReactor* InferenceService::Append(
   params.session_id = request->session_id();
   params.owner = caller->owner;
   params.prompt = FromProto(request->input());
+  params.parse_special = request->input().parse_special();
   params.generate = false;
   auto* sink = new AppendSink(call, response);
   engine_->Submit(std::make_shared<GenerateCall>(std::move(params), sink));
@@ -464,12 +473,36 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(
   }
   const bool bos = request->add_bos();
   for (int32_t id : tokenizer_->Encode(
-           request->text(),
-           EncodeOptions{.add_bos = bos, .add_dummy_prefix = bos})) {
+           request->text(), EncodeOptions{.add_bos = bos,
+                            .add_dummy_prefix = bos,
+                            .parse_special = request->parse_special()})) {
     response->add_token_ids(id);
     Utf8StreamDecoder utf8;
     response->add_pieces(utf8.Push(tokenizer_->Piece(id)) + utf8.Flush());
   }
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ApplyChatTemplate(
+    grpc::CallbackServerContext* context,
+    const v1::ApplyChatTemplateRequest* request,
+    v1::ApplyChatTemplateResponse* response) {
+  UnaryCall call(context, metrics_, "ApplyChatTemplate");
+  if (absl::StatusOr<Caller> caller = Authenticate(context, ""); !caller.ok()) {
+    return call.Finish(caller.status());
+  }
+  ChatTemplateInput input;
+  for (const v1::ChatMessage& m : request->messages()) {
+    input.messages.push_back(FromProto(m));
+  }
+  input.add_generation_prompt = request->add_generation_prompt();
+  input.tools_json = request->tools_json();
+  absl::StatusOr<ChatPrompt> prompt =
+      RenderChatPrompt(*chat_template_, *tokenizer_, input);
+  if (!prompt.ok()) return call.Finish(prompt.status());
+  response->set_text(std::move(prompt->text));
+  response->mutable_token_ids()->Add(prompt->token_ids.begin(),
+                                     prompt->token_ids.end());
   return call.Finish(absl::OkStatus());
 }
 

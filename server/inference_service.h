@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/chat/chat_template.h"
 #include "core/engine/engine.h"
 #include "core/model/weights.h"
 #include "core/tokenizer/tokenizer.h"
@@ -28,8 +29,12 @@ namespace kvserve {
 class InferenceService final : public v1::Inference::CallbackService {
  public:
   // REQUIRES: every argument outlives the service.
+  // chat_template_origin: ModelInfo.chat_template ("gguf", "file",
+  // "chatml").
   InferenceService(Engine* engine, const ModelWeights* weights,
-                   const Tokenizer* tokenizer, Metrics* metrics,
+                   const Tokenizer* tokenizer,
+                   const ChatTemplate* chat_template,
+                   std::string chat_template_origin, Metrics* metrics,
                    const Authenticator* auth);
 
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
@@ -69,6 +74,10 @@ class InferenceService final : public v1::Inference::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::DetokenizeRequest* request,
       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ApplyChatTemplate(
+      grpc::CallbackServerContext* context,
+      const v1::ApplyChatTemplateRequest* request,
+      v1::ApplyChatTemplateResponse* response) override;
 
  private:
   absl::StatusOr<Caller> Authenticate(
@@ -78,6 +87,8 @@ class InferenceService final : public v1::Inference::CallbackService {
   Engine* engine_;
   const ModelWeights* weights_;
   const Tokenizer* tokenizer_;
+  const ChatTemplate* chat_template_;
+  const std::string chat_template_origin_;
   Metrics* metrics_;
   const Authenticator* auth_;
 };

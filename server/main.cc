@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, weight_dtype, "auto",
           "auto: every matrix as the file stores it (F16, BF16, Q8_0, Q4_K, "
           "... computed in its own format); f32 or bf16: converted once at "
           "load");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja2 chat template file; overrides the model's "
+          "tokenizer.chat_template (a model with neither uses ChatML)");
 ABSL_FLAG(bool, no_mmap, false,
           "read the model file into memory instead of mapping it: the file "
           "may then change or go while served, at the cost of a copy at load "
@@ -235,6 +238,22 @@ int Serve() {
   std::fprintf(stderr, "kvserve: weights %.1f MiB held as stored: %s\n",
                model->weights->TotalBytes() / 1048576.0,
                model->weights->TypeSummary().c_str());
+  absl::StatusOr<ServedChatTemplate> chat =
+      LoadChatTemplate(absl::GetFlag(FLAGS_chat_template), *model);
+  if (!chat.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n", chat.status().ToString().c_str());
+    return 1;
+  }
+  if (chat->origin == "chatml") {
+    std::fprintf(stderr,
+                 "kvserve: the model has no chat template; chat turns use "
+                 "ChatML (--chat_template=FILE sets one)\n");
+  } else {
+    std::fprintf(stderr, "kvserve: chat template from %s\n",
+                 chat->origin == "file"
+                     ? absl::GetFlag(FLAGS_chat_template).c_str()
+                     : "the model file (tokenizer.chat_template)");
+  }
   absl::StatusOr<DType> kv_dtype = ParseDType(absl::GetFlag(FLAGS_kv_dtype));
   if (!kv_dtype.ok()) {
     std::fprintf(stderr, "kvserve: --kv_dtype: %s\n",
@@ -261,6 +280,7 @@ int Serve() {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.session_dir = absl::GetFlag(FLAGS_session_dir);
+  options.chat_template = chat->chat_template.get();
 
   auto metrics = std::make_unique<Metrics>();
   metrics->SetWeightBytes(model->weights->TotalBytes());
@@ -299,8 +319,8 @@ int Serve() {
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   InferenceService service(engine->get(), model->weights.get(),
-                           model->tokenizer.get(), metrics.get(),
-                           security->auth.get());
+                           model->tokenizer.get(), chat->chat_template.get(),
+                           chat->origin, metrics.get(), security->auth.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

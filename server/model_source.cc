@@ -1,6 +1,8 @@
 #include "server/model_source.h"
 
+#include "absl/strings/str_format.h"
 #include "core/model/builtin_model.h"
+#include "core/util/file.h"
 
 namespace kvserve {
 
@@ -19,6 +21,42 @@ absl::StatusOr<LoadedModel> LoadServedModel(const std::string& model_path,
         "--tokenizer needs --model (the built-in model has its own)");
   }
   return LoadRandomModel(BuiltinModelOptions(), weight_dtype);
+}
+
+absl::StatusOr<ServedChatTemplate> LoadChatTemplate(const std::string& path,
+                                                    const LoadedModel& model) {
+  ServedChatTemplate served;
+  std::string source;
+  if (!path.empty()) {
+    absl::StatusOr<std::string> text = ReadSmallFile(path, 1 << 20);
+    if (!text.ok()) {
+      return absl::Status(
+          text.status().code(),
+          absl::StrFormat("--chat_template: %s", text.status().message()));
+    }
+    source = *std::move(text);
+    served.origin = "file";
+  } else if (!model.chat_template.empty()) {
+    source = model.chat_template;
+    served.origin = "gguf";
+  } else {
+    source = kChatMlTemplate;
+    served.origin = "chatml";
+  }
+  const Tokenizer& t = *model.tokenizer;
+  auto piece = [&t](int32_t id) { return id >= 0 ? t.Piece(id) : ""; };
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed =
+      ChatTemplate::Create(source, piece(t.bos_id()), piece(t.eos_id()));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the chat template (%s) does not parse: %s",
+        served.origin == "file"   ? path
+        : served.origin == "gguf" ? "the model's tokenizer.chat_template"
+                                  : "ChatML",
+        parsed.status().message()));
+  }
+  served.chat_template = *std::move(parsed);
+  return served;
 }
 
 }  // namespace kvserve

@@ -2,9 +2,11 @@
 #ifndef KVSERVE_SERVER_MODEL_SOURCE_H_
 #define KVSERVE_SERVER_MODEL_SOURCE_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/chat/chat_template.h"
 #include "core/model/loader.h"
 
 namespace kvserve {
@@ -17,6 +19,19 @@ absl::StatusOr<LoadedModel> LoadServedModel(const std::string& model_path,
                                             const std::string& tokenizer_path,
                                             const std::string& weight_dtype,
                                             bool no_mmap = false);
+
+struct ServedChatTemplate {
+  std::unique_ptr<ChatTemplate> chat_template;
+  // "file" (--chat_template), "gguf" (the model's tokenizer.chat_template)
+  // or "chatml" (neither).
+  std::string origin;
+};
+
+// The template chat turns render with: the file `path` when set, else the
+// model's own, else ChatML. A template that does not parse is
+// INVALID_ARGUMENT naming where it came from and the error's line.
+absl::StatusOr<ServedChatTemplate> LoadChatTemplate(const std::string& path,
+                                                    const LoadedModel& model);
 
 }  // namespace kvserve
 

@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "core/chat/chat_prompt.h"
 #include "core/util/status_reason.h"
 
 namespace kvserve {
@@ -97,6 +99,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (!tiers.ok()) return tiers.status();
   e->tiers_ = *std::move(tiers);
   e->tiers_->LoadAll();
+  e->chat_template_ = options.chat_template;
+  if (e->chat_template_ == nullptr) {
+    auto piece = [tokenizer](int32_t id) {
+      return id >= 0 ? tokenizer->Piece(id) : std::string();
+    };
+    auto chatml =
+        ChatTemplate::Create(kChatMlTemplate, piece(tokenizer->bos_id()),
+                             piece(tokenizer->eos_id()));
+    if (!chatml.ok()) return chatml.status();
+    e->chatml_ = *std::move(chatml);
+    e->chat_template_ = e->chatml_.get();
+  }
   e->scheduler_ = std::make_unique<Scheduler>(
       SchedulerOptions{.max_batch_tokens = options.max_batch_tokens,
                        .max_running = options.max_running,
@@ -118,9 +132,10 @@ Engine::Engine(const EngineOptions& options, const ModelWeights* weights,
 
 Engine::~Engine() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
+  wake_.notify_one();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -128,17 +143,19 @@ int64_t Engine::kv_bytes_per_token() const { return pool_->bytes_per_token(); }
 int64_t Engine::kv_capacity_bytes() const { return pool_->capacity_bytes(); }
 
 void Engine::Drain() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   draining_ = true;
 }
 
 void Engine::Post(absl::AnyInvocable<void(absl::Status) &&> command) {
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (!draining_ && !stopping_) {
       commands_.push_back([command = std::move(command)]() mutable {
         std::move(command)(absl::OkStatus());
       });
+      lock.unlock();
+      wake_.notify_one();
       return;
     }
   }
@@ -149,8 +166,11 @@ void Engine::RunOnEngineThread(absl::AnyInvocable<void() &&> task) {
   if (std::this_thread::get_id() == engine_thread_.load()) {
     return std::move(task)();
   }
-  absl::MutexLock lock(&mu_);
-  commands_.push_back(std::move(task));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(task));
+  }
+  wake_.notify_one();
 }
 
 void Engine::Warn(std::string_view message) {
@@ -163,7 +183,7 @@ void Engine::Submit(std::shared_ptr<GenerateCall> call) {
   // Bad arguments are reported as such, even when the queue is full.
   absl::Status rejected = ValidateGenerateParams(call->params());
   if (rejected.ok()) {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     const int64_t queued = submitted_.size() + scheduler_queued_.load();
     if (draining_ || stopping_) {
       rejected = absl::UnavailableError("the server is shutting down");
@@ -178,6 +198,8 @@ void Engine::Submit(std::shared_ptr<GenerateCall> call) {
                      kReasonQueueFull);
     } else {
       submitted_.emplace_back(std::move(call), absl::Now());
+      lock.unlock();
+      wake_.notify_one();
       return;
     }
   }
@@ -193,11 +215,10 @@ void Engine::Loop() {
     bool stop;
     {
       const bool idle = scheduler_->idle();
-      auto ready = [this, idle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::seconds(1), [this, idle] {
         return stopping_ || !commands_.empty() || !submitted_.empty() || !idle;
-      };
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+      });
       commands.swap(commands_);
       calls.swap(submitted_);
       stop = stopping_;
@@ -232,13 +253,13 @@ void Engine::Loop() {
   // the writer finishes every write, and the replies waiting for them go.
   tiers_->SnapshotAll();
   tiers_.reset();
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!commands_.empty()) {
     auto command = std::move(commands_.front());
     commands_.pop_front();
-    mu_.Unlock();
+    lock.unlock();
     std::move(command)();
-    mu_.Lock();
+    lock.lock();
   }
 }
 
@@ -268,11 +289,36 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   // The turn's new tokens: an empty session starts with BOS.
   std::vector<int32_t> input;
   const bool fresh = session->tokens.empty();
+  // A chat turn replaces the history from where the conversation's new
+  // rendering departs from it (kept to be put back if the turn fails).
+  int64_t keep = session->tokens.size();
+  int64_t messages_before = -1;
   if (const auto* text = std::get_if<std::string>(&p.prompt)) {
     if (!text->empty()) {
       input = tokenizer_->Encode(
-          *text, EncodeOptions{.add_bos = fresh, .add_dummy_prefix = fresh});
+          *text, EncodeOptions{.add_bos = fresh,
+                               .add_dummy_prefix = fresh,
+                               .parse_special = p.parse_special});
     }
+  } else if (const auto* chat = std::get_if<ChatInput>(&p.prompt)) {
+    ChatTemplateInput render;
+    render.messages = session->messages;
+    render.messages.insert(render.messages.end(), chat->messages.begin(),
+                           chat->messages.end());
+    render.add_generation_prompt = p.generate;
+    render.tools_json = chat->tools_json;
+    absl::StatusOr<ChatPrompt> prompt =
+        RenderChatPrompt(*chat_template_, *tokenizer_, render);
+    if (!prompt.ok()) {
+      drop_ephemeral();
+      return fail(prompt.status());
+    }
+    const auto diverge =
+        std::mismatch(session->tokens.begin(), session->tokens.end(),
+                      prompt->token_ids.begin(), prompt->token_ids.end());
+    keep = diverge.first - session->tokens.begin();
+    input.assign(diverge.second, prompt->token_ids.end());
+    messages_before = session->messages.size();
   } else {
     input = std::get<std::vector<int32_t>>(p.prompt);
     for (int32_t id : input) {
@@ -289,13 +335,13 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
     input.insert(input.begin(), bos);
   }
   // Generating needs room for at least one more token.
-  const int64_t total = session->tokens.size() + input.size();
+  const int64_t total = keep + input.size();
   if (total > max_context_ || (p.generate && total == max_context_)) {
     drop_ephemeral();
     return fail(absl::OutOfRangeError(absl::StrFormat(
         "the context is full: %d tokens in the session plus %d new %s the "
         "maximum of %d",
-        session->tokens.size(), input.size(),
+        keep, input.size(),
         total > max_context_ ? "exceed" : "leave no room to generate within",
         max_context_)));
   }
@@ -306,12 +352,24 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
         "the prompt is empty and so is the session, and the vocabulary has "
         "no BOS token to start from: send at least one token"));
   }
-  const int64_t history_before = session->tokens.size();
+  std::vector<int32_t> replaced(session->tokens.begin() + keep,
+                                session->tokens.end());
+  if (!replaced.empty()) {
+    RollBack(*session, keep);
+    tiers_->Rewound(*session, keep);
+  }
+  if (messages_before >= 0) {
+    const auto& added = std::get<ChatInput>(p.prompt).messages;
+    session->messages.insert(session->messages.end(), added.begin(),
+                             added.end());
+  }
   session->tokens.insert(session->tokens.end(), input.begin(), input.end());
   session->busy = true;
   session->last_used = now;
   auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
-  seq->history_before = history_before;
+  seq->history_before = keep;
+  seq->replaced = std::move(replaced);
+  seq->messages_before = messages_before;
   scheduler_->Enqueue(std::move(seq));
 }
 
@@ -367,13 +425,14 @@ std::optional<FinishReason> Engine::EmitToken(Sequence& seq, int32_t token,
   out.token_id = token;
   if (p.logprobs >= 0)
     out.logprobs = ComputeLogprobs(logits, token, p.logprobs);
-  const bool eos = token == tokenizer_->eos_id() && !p.ignore_eos;
+  const bool eos = tokenizer_->IsEndOfGeneration(token) && !p.ignore_eos;
   bool stopped = false;
   if (!eos) {
     StopMatcher::Result r = seq.stop.Push(
         seq.utf8.Push(tokenizer_->DecodeToken(seq.prev_token, token)));
     out.text = std::move(r.text);
     stopped = r.stopped;
+    if (seq.messages_before >= 0) seq.reply += out.text;
   }
   seq.prev_token = token;
   seq.call->sink()->OnToken(std::move(out));
@@ -394,7 +453,12 @@ void Engine::Finish(std::unique_ptr<Sequence> seq) {
     seq->tail = seq->stop.Push(seq->utf8.Flush()).text + seq->stop.Flush();
   }
   // Nothing of a failed turn applies: history and KV go back to its start.
-  if (!seq->outcome->ok()) RollBack(s, seq->history_before);
+  if (!seq->outcome->ok()) {
+    Undo(s, *seq);
+  } else if (seq->messages_before >= 0 && seq->generate()) {
+    s.messages.push_back(
+        ChatMessage{.role = "assistant", .content = seq->reply + seq->tail});
+  }
   if (s.ephemeral) {
     absl::StatusOr<GenerateResult> result = Result(*seq, s);
     sessions_->Delete(s.id);
@@ -412,7 +476,7 @@ void Engine::Finish(std::unique_ptr<Sequence> seq) {
         }
         if (!logged.ok()) {
           // What is on disk is the history before this turn; so is memory.
-          RollBack(*s, seq->history_before);
+          Undo(*s, *seq);
           if (seq->outcome->ok()) {
             seq->outcome = absl::UnavailableError(absl::StrFormat(
                 "session %s: the turn could not be made durable, so it was not "
@@ -423,6 +487,12 @@ void Engine::Finish(std::unique_ptr<Sequence> seq) {
         absl::StatusOr<GenerateResult> result = Result(*seq, *s);
         seq->call->sink()->OnFinish(std::move(result));
       }));
+}
+
+void Engine::Undo(Session& s, const Sequence& seq) {
+  RollBack(s, seq.history_before);
+  s.tokens.insert(s.tokens.end(), seq.replaced.begin(), seq.replaced.end());
+  if (seq.messages_before >= 0) s.messages.resize(seq.messages_before);
 }
 
 void Engine::RollBack(Session& s, int64_t n) {

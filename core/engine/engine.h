@@ -15,9 +15,11 @@
 #define KVSERVE_CORE_ENGINE_ENGINE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -25,7 +27,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/chat/chat_template.h"
 #include "core/engine/engine_observer.h"
 #include "core/engine/requests.h"
 #include "core/engine/scheduler.h"
@@ -56,6 +58,8 @@ struct EngineOptions {
   // Sessions' histories and KV snapshots are kept here (created if
   // missing); empty: sessions live in memory only.
   std::string session_dir;
+  // Renders chat turns (must outlive the engine); null: ChatML.
+  const ChatTemplate* chat_template = nullptr;
 };
 
 template <typename T>
@@ -66,7 +70,8 @@ struct CreateSessionParams {
   std::string id;
   std::string owner;
   std::optional<absl::Duration> ttl;
-  Input initial;  // prefilled after BOS; empty text: nothing
+  Input initial;               // prefilled after BOS; empty text: nothing
+  bool parse_special = false;  // text only (GenerateParams::parse_special)
 };
 
 class Engine {
@@ -146,6 +151,9 @@ class Engine {
   void Finish(std::unique_ptr<Sequence> seq);
   // Keeps the first n tokens of the history and their KV.
   static void RollBack(Session& s, int64_t n);
+  // Puts the session back as it was before the sequence's turn: history
+  // (the tokens a chat turn replaced included) and conversation.
+  static void Undo(Session& s, const Sequence& seq);
   // Marks the session idle and makes the sequence's result.
   absl::StatusOr<GenerateResult> Result(const Sequence& seq, Session& s);
   void ReportStats();
@@ -157,6 +165,8 @@ class Engine {
   const Tokenizer* const tokenizer_;
   EngineObserver* const observer_;
   int max_context_ = 0;
+  std::unique_ptr<ChatTemplate> chatml_;  // when options_ has no template
+  const ChatTemplate* chat_template_ = nullptr;
 
   // Owned by the engine thread (declared in destruction order: the tiers
   // finish their writes before the store and the pool go).
@@ -169,13 +179,15 @@ class Engine {
   absl::Time next_expiry_check_;
   absl::Time next_stats_;
 
-  absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void() &&>> commands_ ABSL_GUARDED_BY(mu_);
+  // std::mutex, not absl::Mutex: ThreadSanitizer sees these (Debian's
+  // Abseil is not instrumented). Guards the four members below it.
+  std::mutex mu_;
+  std::condition_variable wake_;  // the engine thread waits for work here
+  std::deque<absl::AnyInvocable<void() &&>> commands_;
   // Submit()s the engine thread has not taken yet.
-  std::deque<std::pair<std::shared_ptr<GenerateCall>, absl::Time>> submitted_
-      ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<std::shared_ptr<GenerateCall>, absl::Time>> submitted_;
+  bool draining_ = false;
+  bool stopping_ = false;
   // The scheduler's num_queued() as of the engine thread's last look; with
   // submitted_ it is what --max_queued_requests limits.
   std::atomic<int64_t> scheduler_queued_{0};

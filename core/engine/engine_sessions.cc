@@ -53,7 +53,10 @@ SessionInfo Engine::Describe(const Session& s, bool include_tokens) const {
   info.last_used = s.last_used;
   info.ttl = s.ttl;
   info.busy = s.busy;
-  if (include_tokens) info.tokens = s.tokens;
+  if (include_tokens) {
+    info.tokens = s.tokens;
+    info.messages = s.messages;
+  }
   return info;
 }
 
@@ -94,6 +97,7 @@ void Engine::CreateSession(CreateSessionParams params,
       gp.session_id = id;
       gp.owner = params.owner;
       gp.prompt = std::move(params.initial);
+      gp.parse_special = params.parse_special;
       gp.generate = false;
       auto* sink = new CreateSessionSink(
           [this, id, done = std::move(done)](
@@ -172,6 +176,7 @@ void Engine::ForkSession(std::string id, std::string owner,
     Session* child = sessions_->Create(
         (*parent)->owner, ttl.has_value() ? ttl : (*parent)->ttl, absl::Now());
     child->tokens = (*parent)->tokens;
+    child->messages = (*parent)->messages;
     child->kv = (*parent)->kv.Fork();
     tiers_->StartLog(
         *child,
@@ -200,6 +205,9 @@ void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
           absl::StrFormat("tokens must be in [0, %d] for session %s, got %d",
                           s.tokens.size(), id, tokens)));
     }
+    // The conversation no longer matches a cut history: the next chat turn
+    // starts a new one (rendered against what is kept).
+    if (tokens < static_cast<int64_t>(s.tokens.size())) s.messages.clear();
     s.tokens.resize(tokens);
     if (s.kv.table.num_tokens() > tokens) s.kv.Truncate(tokens);
     s.last_used = absl::Now();

@@ -12,12 +12,28 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/chat/chat_template.h"
 #include "core/sampling/sampler.h"
 
 namespace kvserve {
 
-// Text (tokenized by the engine) or token ids. Empty text = no input.
-using Input = std::variant<std::string, std::vector<int32_t>>;
+// A chat turn's new messages. The engine appends them to the session's
+// conversation (an ephemeral session starts with none), renders the whole
+// conversation with the model's chat template, tokenizes it with special
+// tokens matched, keeps the longest common token prefix with the session's
+// history (reported as cached) and prefills the rest. A Generate renders
+// with add_generation_prompt; its reply becomes the next assistant message.
+struct ChatInput {
+  std::vector<ChatMessage> messages{};
+  // The tools the template offers the model (ChatTemplateInput::tools_json),
+  // for this turn's rendering; not kept with the session, so a client sends
+  // them with every turn, as OpenAI's API has it.
+  std::string tools_json{};
+};
+
+// Text (tokenized by the engine), token ids, or chat messages. Empty text =
+// no input.
+using Input = std::variant<std::string, std::vector<int32_t>, ChatInput>;
 
 enum class FinishReason { kLength, kStop, kEos, kContextFull, kCancelled };
 
@@ -44,7 +60,8 @@ struct SessionInfo {
   absl::Time last_used;
   std::optional<absl::Duration> ttl;
   bool busy = false;
-  std::vector<int32_t> tokens;  // only when asked for
+  std::vector<int32_t> tokens;        // only when asked for
+  std::vector<ChatMessage> messages;  // the conversation; with the tokens
 };
 
 struct SessionList {
@@ -81,6 +98,9 @@ struct GenerateParams {
   std::string session_id;  // empty: an ephemeral session
   std::string owner;
   Input prompt;
+  // Text prompts only: match control tokens in the text (EncodeOptions::
+  // parse_special). Chat renderings always match them.
+  bool parse_special = false;
   bool generate = true;  // false: Append (prefill only)
   int max_tokens = 0;    // > 0
   SamplingOptions sampling;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -51,8 +52,16 @@ struct Sequence {
   std::optional<absl::StatusOr<FinishReason>> outcome;
   int32_t prev_token = -1;
   Usage usage;
-  int64_t history_before = 0;  // the session's length before this turn
-  std::string tail;            // text held back until the end
+  // The history is put back as [0, history_before) + replaced if the turn
+  // fails: a chat turn replaces the history from where the conversation's
+  // rendering departs from it.
+  int64_t history_before = 0;
+  std::vector<int32_t> replaced;
+  // A chat turn: the conversation's length before it, and the reply's text
+  // as streamed (the next assistant message); -1: not a chat turn.
+  int64_t messages_before = -1;
+  std::string reply;
+  std::string tail;  // text held back until the end
 };
 
 }  // namespace kvserve

@@ -61,6 +61,53 @@ bool GetTokens(Reader& r, std::vector<int32_t>* tokens) {
   return true;
 }
 
+void PutString(std::string& out, std::string_view text) {
+  PutU64(out, text.size());
+  out += text;
+}
+
+bool GetString(Reader& r, std::string* text) {
+  uint64_t n;
+  std::string_view bytes;
+  if (!r.U64(&n) || !r.Bytes(n, &bytes)) return false;
+  *text = std::string(bytes);
+  return true;
+}
+
+// The optional conversation section that ends a record: "keep the first
+// `base` messages, then append these".
+void PutMessages(std::string& out, int64_t base,
+                 absl::Span<const ChatMessage> messages) {
+  PutU64(out, base);
+  PutU64(out, messages.size());
+  for (const ChatMessage& m : messages) {
+    for (const std::string* field :
+         {&m.role, &m.content, &m.name, &m.tool_call_id, &m.tool_calls_json}) {
+      PutString(out, *field);
+    }
+  }
+}
+
+// Applies a record's conversation section, if it has one.
+bool GetMessages(Reader& r, std::vector<ChatMessage>* messages) {
+  if (r.Done()) return true;
+  uint64_t base, n;
+  if (!r.U64(&base) || base > messages->size() || !r.U64(&n) ||
+      n > (1u << 24)) {
+    return false;
+  }
+  messages->resize(base);
+  for (uint64_t i = 0; i < n; ++i) {
+    ChatMessage m;
+    for (std::string* field :
+         {&m.role, &m.content, &m.name, &m.tool_call_id, &m.tool_calls_json}) {
+      if (!GetString(r, field)) return false;
+    }
+    messages->push_back(std::move(m));
+  }
+  return r.Done();
+}
+
 // [u32 payload bytes][u64 XXH64 of the payload][payload]
 std::string Record(std::string_view payload) {
   std::string record;
@@ -212,14 +259,18 @@ std::string SessionDir::HeaderRecord(const StoredSession& session) {
                       : ~uint64_t{0});
   PutU64(payload, absl::ToUnixNanos(session.create_time));
   PutTokens(payload, session.tokens);
+  if (!session.messages.empty()) PutMessages(payload, 0, session.messages);
   return Record(payload);
 }
 
 std::string SessionDir::AppendRecord(int64_t base,
-                                     absl::Span<const int32_t> tokens) {
+                                     absl::Span<const int32_t> tokens,
+                                     int64_t message_base,
+                                     absl::Span<const ChatMessage> messages) {
   std::string payload;
   PutU64(payload, base);
   PutTokens(payload, tokens);
+  if (message_base >= 0) PutMessages(payload, message_base, messages);
   return Record(payload);
 }
 
@@ -329,7 +380,8 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
       uint64_t owner_size, ttl, created;
       if (!r.Bytes(sizeof(kLogMagic) - 1, &magic) || magic != kLogMagic ||
           !r.U64(&owner_size) || !r.Bytes(owner_size, &owner) || !r.U64(&ttl) ||
-          !r.U64(&created) || !GetTokens(r, &session.tokens) || !r.Done()) {
+          !r.U64(&created) || !GetTokens(r, &session.tokens) ||
+          !GetMessages(r, &session.messages)) {
         break;
       }
       session.owner = std::string(owner);
@@ -341,10 +393,12 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
     }
     uint64_t base;
     std::vector<int32_t> tokens;
+    std::vector<ChatMessage> messages = session.messages;
     if (!r.U64(&base) || base > session.tokens.size() ||
-        !GetTokens(r, &tokens) || !r.Done()) {
+        !GetTokens(r, &tokens) || !GetMessages(r, &messages)) {
       break;
     }
+    session.messages = std::move(messages);
     session.tokens.resize(base);
     session.tokens.insert(session.tokens.end(), tokens.begin(), tokens.end());
     session.replayed_bytes = data->size() - rest.size();

@@ -3,9 +3,12 @@
 //   <id>.log  the token history as append-only records; each record is
 //             [u32 payload bytes][u64 XXH64 of the payload][payload]. The
 //             first record holds owner and TTL; each later one says "keep
-//             the first `base` tokens, then append these". Replay stops at
-//             the first torn or corrupt record, so a crash mid-append loses
-//             only that append. Every append is fsynced before it returns.
+//             the first `base` tokens, then append these". A record may
+//             end with a conversation section: "keep the first `base`
+//             chat messages, then append these" (chat sessions only). Replay
+//             stops at the first torn or corrupt record, so a crash mid-append
+//             loses only that append. Every append is fsynced before it
+//             returns.
 //   <id>.kv   a KV snapshot (KvSnapshot), written to <id>.kv.tmp, fsynced
 //             and renamed over the old one.
 //
@@ -28,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/chat/chat_message.h"
 
 namespace kvserve {
 
@@ -37,7 +41,8 @@ struct StoredSession {
   std::optional<absl::Duration> ttl{};
   absl::Time create_time{};
   std::vector<int32_t> tokens{};
-  int64_t log_bytes = 0;  // the log's size when it was read
+  std::vector<ChatMessage> messages{};  // a chat session's conversation
+  int64_t log_bytes = 0;                // the log's size when it was read
   // Bytes of the records replayed: less than log_bytes when the log ends in
   // a torn or corrupt record (which hides any record appended after it).
   int64_t replayed_bytes = 0;
@@ -53,8 +58,12 @@ class SessionDir {
   // The log records Create and Append write, encoded; a log grows by
   // exactly its records' sizes, so a writer can know the size it will have.
   static std::string HeaderRecord(const StoredSession& session);
+  // message_base >= 0 adds the conversation section ("keep the first
+  // message_base messages, then `messages`").
   static std::string AppendRecord(int64_t base,
-                                  absl::Span<const int32_t> tokens);
+                                  absl::Span<const int32_t> tokens,
+                                  int64_t message_base = -1,
+                                  absl::Span<const ChatMessage> messages = {});
   // Writes an encoded record and fsyncs it: `start` replaces the log with
   // it (and fsyncs the directory), otherwise it is appended. Returns the
   // log's size in bytes.

@@ -20,6 +20,7 @@
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/chat/chat_message.h"
 #include "core/kv/prefix_cache.h"
 
 namespace kvserve {
@@ -30,6 +31,9 @@ struct Session {
   const std::string id;  // 32 hex digits: 128 random bits
   std::string owner;     // empty: anyone may use it
   std::vector<int32_t> tokens;
+  // A chat session's conversation (chat turns append to it; the tokens are
+  // its rendering). Empty for a session used with text or tokens only.
+  std::vector<ChatMessage> messages;
   CachedKv kv;
   std::optional<absl::Duration> ttl;  // idle time before deletion
   absl::Time create_time;

@@ -1,7 +1,9 @@
 #include "core/session/session_tiers.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -9,7 +11,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "core/session/session_dir.h"
 #include "core/util/check.h"
 
@@ -56,25 +57,30 @@ class Writer {
   // Runs every queued write, then stops the thread.
   ~Writer() {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
       paused_ = false;
     }
+    changed_.notify_all();
     thread_.join();
   }
 
   // Returns the write's ticket.
   uint64_t Enqueue(Write w) {
-    absl::MutexLock lock(&mu_);
-    w.ticket = next_ticket_++;
-    queue_.push_back(std::move(w));
-    return queue_.back().ticket;
+    uint64_t ticket;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ticket = w.ticket = next_ticket_++;
+      queue_.push_back(std::move(w));
+    }
+    changed_.notify_all();
+    return ticket;
   }
 
   // Cancels the session's queued writes (not one already running) and
   // queues the removal of its files.
   void EnqueueRemove(std::string id, SessionTiers::Done done) {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     for (Write& w : queue_) {
       if (w.id != id || w.cancelled) continue;
       w.cancelled = true;
@@ -86,44 +92,46 @@ class Writer {
     remove.ticket = next_ticket_++;
     removing_[remove.id] = remove.ticket;
     queue_.push_back(std::move(remove));
+    lock.unlock();
+    changed_.notify_all();
   }
 
   // Writes [1, ticket] are done, and no failed log write of the session
   // waits for TakeFailedLogs: the log's size is what the tiers expect.
   bool Settled(std::string_view id, uint64_t ticket) const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return written_ >= ticket && !failed_logs_.contains(AbslView(id));
   }
   bool Written(uint64_t ticket) const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return written_ >= ticket;
   }
   // A Remove of the session is queued or running.
   bool Removing(std::string_view id) const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return removing_.contains(AbslView(id));
   }
   // Sessions whose log writes failed since the last call, each with the
   // ticket of its newest failed write.
   absl::flat_hash_map<std::string, uint64_t> TakeFailedLogs() {
     absl::flat_hash_map<std::string, uint64_t> failed;
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     failed.swap(failed_logs_);
     return failed;
   }
 
   void Flush() {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     const uint64_t last = next_ticket_ - 1;
-    auto finished = [this, last]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return finished_ >= last;
-    };
-    mu_.Await(absl::Condition(&finished));
+    changed_.wait(lock, [this, last] { return finished_ >= last; });
   }
 
   void SetPaused(bool paused) {
-    absl::MutexLock lock(&mu_);
-    paused_ = paused;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      paused_ = paused;
+    }
+    changed_.notify_all();
   }
 
  private:
@@ -131,18 +139,19 @@ class Writer {
     while (std::optional<Write> w = Next()) {
       const uint64_t ticket = w->ticket;
       Execute(*std::move(w));
-      absl::MutexLock lock(&mu_);
-      finished_ = ticket;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_ = ticket;
+      }
+      changed_.notify_all();
     }
   }
 
   // The next write, once not paused; none when stopping with nothing left.
   std::optional<Write> Next() {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || (!paused_ && !queue_.empty());
-    };
-    mu_.Await(absl::Condition(&ready));
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(
+        lock, [this] { return stopping_ || (!paused_ && !queue_.empty()); });
     if (queue_.empty()) return std::nullopt;
     Write w = std::move(queue_.front());
     queue_.pop_front();
@@ -158,7 +167,7 @@ class Writer {
                     : Perform(w);
     w.snapshot.reset();  // on disk now: ReadSnapshot reads the file
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       written_ = w.ticket;
       if (!status.ok() && !w.cancelled && w.kind == Write::Kind::kLog) {
         uint64_t& failed = failed_logs_[w.id];
@@ -197,16 +206,20 @@ class Writer {
   SessionDir* const dir_;
   const SessionTiers::Warn warn_;
 
-  mutable absl::Mutex mu_;
-  std::deque<Write> queue_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;   // writes [1, written_] done
-  uint64_t finished_ ABSL_GUARDED_BY(mu_) = 0;  // ... and their Done run
+  // std::mutex, not absl::Mutex: ThreadSanitizer sees these (Debian's
+  // Abseil is not instrumented). Guards every field below; changed_ is
+  // notified on each change a waiter may be waiting for.
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<Write> queue_;
+  uint64_t next_ticket_ = 1;
+  uint64_t written_ = 0;   // writes [1, written_] done
+  uint64_t finished_ = 0;  // ... and their Done run
   // Sessions whose Remove is queued or running, with its ticket.
-  absl::flat_hash_map<std::string, uint64_t> removing_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint64_t> failed_logs_ ABSL_GUARDED_BY(mu_);
-  bool paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, uint64_t> removing_;
+  absl::flat_hash_map<std::string, uint64_t> failed_logs_;
+  bool paused_ = false;
+  bool stopping_ = false;
 
   std::thread thread_;  // last: starts once the fields above exist
 };
@@ -217,6 +230,7 @@ struct SessionTiers::Impl {
   // What this process knows of a durable session's files.
   struct Durability {
     int64_t logged_tokens = 0;    // tokens [0, logged_tokens) logged or queued
+    int64_t logged_messages = 0;  // the same for the conversation's messages
     int64_t log_bytes = 0;        // the log's size once its writes are done
     uint64_t log_start = 0;       // ticket of the write that (re)started it
     uint64_t last_log_write = 0;  // ticket of the newest log write
@@ -266,8 +280,10 @@ struct SessionTiers::Impl {
                                                .owner = s.owner,
                                                .ttl = s.ttl,
                                                .create_time = s.create_time,
-                                               .tokens = s.tokens});
+                                               .tokens = s.tokens,
+                                               .messages = s.messages});
     d.logged_tokens = s.tokens.size();
+    d.logged_messages = s.messages.size();
     d.log_bytes = record.size();
     d.log_start = d.last_log_write =
         writer->Enqueue(Write{.kind = Write::Kind::kLog,
@@ -282,9 +298,16 @@ struct SessionTiers::Impl {
   void QueueLogAppend(const Session& s, Durability& d, bool warn_on_failure,
                       Done done) {
     const int64_t base = std::min<int64_t>(d.logged_tokens, s.tokens.size());
+    const int64_t messages = s.messages.size();
+    const int64_t message_base = d.logged_messages == messages
+                                     ? -1
+                                     : std::min(d.logged_messages, messages);
     std::string record = SessionDir::AppendRecord(
-        base, absl::MakeConstSpan(s.tokens).subspan(base));
+        base, absl::MakeConstSpan(s.tokens).subspan(base), message_base,
+        absl::MakeConstSpan(s.messages)
+            .subspan(std::max<int64_t>(0, message_base)));
     d.logged_tokens = s.tokens.size();
+    d.logged_messages = messages;
     d.log_bytes += record.size();
     d.last_log_write = writer->Enqueue(Write{.kind = Write::Kind::kLog,
                                              .id = s.id,
@@ -297,7 +320,8 @@ struct SessionTiers::Impl {
   // nothing to log, `done` waits for the log writes queued before.
   void LogChanges(const Session& s, Durability& d, bool warn_on_failure,
                   Done done) {
-    if (d.logged_tokens != static_cast<int64_t>(s.tokens.size())) {
+    if (d.logged_tokens != static_cast<int64_t>(s.tokens.size()) ||
+        d.logged_messages != static_cast<int64_t>(s.messages.size())) {
       return QueueLogAppend(s, d, warn_on_failure, std::move(done));
     }
     if (writer->Written(d.last_log_write)) {
@@ -360,8 +384,10 @@ struct SessionTiers::Impl {
                                stored->create_time, absl::Now());
     KVSERVE_CHECK(s != nullptr);
     s->tokens = std::move(stored->tokens);
+    s->messages = std::move(stored->messages);
     Durability& d = durable[s->id];
     d = Durability{.logged_tokens = static_cast<int64_t>(s->tokens.size()),
+                   .logged_messages = static_cast<int64_t>(s->messages.size()),
                    .log_bytes = stored->log_bytes,
                    .has_snapshot = dir->HasSnapshot(s->id)};
     RewriteDamagedTail(*s, d, *stored);
@@ -406,7 +432,9 @@ struct SessionTiers::Impl {
     const int64_t common = diverge.first - s.tokens.begin();
     if (s.kv.table.num_tokens() > common) s.kv.Truncate(common);
     s.tokens = std::move(stored->tokens);
+    s.messages = std::move(stored->messages);
     d.logged_tokens = s.tokens.size();
+    d.logged_messages = s.messages.size();
     d.log_bytes = stored->log_bytes;
     d.has_snapshot = !d.unwritten_snapshot.expired() || dir->HasSnapshot(s.id);
     d.snapshot_positions = -1;
@@ -531,6 +559,17 @@ void SessionTiers::Truncate(Session& s, Done done) {
   // It may hold positions past the new end; it is rewritten when needed.
   if (d->has_snapshot) m.DropSnapshot(s, *d);
   m.LogChanges(s, *d, /*warn_on_failure=*/false, std::move(done));
+}
+
+void SessionTiers::Rewound(Session& s, int64_t n) {
+  Impl::Durability* d = impl_->DurabilityOf(s.id);
+  if (d == nullptr) return;
+  d->logged_tokens = std::min(d->logged_tokens, n);
+  if (d->has_snapshot && d->snapshot_positions != -1 &&
+      d->snapshot_positions <= n) {
+    return;
+  }
+  if (d->has_snapshot) impl_->DropSnapshot(s, *d);
 }
 
 void SessionTiers::Remove(std::string_view id, Done done) {

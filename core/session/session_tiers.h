@@ -126,6 +126,10 @@ class SessionTiers {
   // After s.tokens was shortened: logs the truncation and drops a snapshot
   // that may hold positions past the new end.
   void Truncate(Session& s, Done done);
+  // s.tokens was cut to its first n tokens and may grow again before the
+  // next Log, which then logs the change from n on. A snapshot that may hold
+  // positions past n is dropped.
+  void Rewound(Session& s, int64_t n);
   // Deletes a session's files (not the in-memory session), after cancelling
   // its queued writes; a failure is warned about. `done`, if any, runs once
   // the files are gone (at once without a directory).

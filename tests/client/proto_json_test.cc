@@ -25,7 +25,8 @@ TEST(ProtoJsonTest, ModelInfoWritesEveryFieldInProtoOrderEvenWhenZero) {
             "\"weight_dtype\":\"\",\"kv_dtype\":\"\",\"kv_bytes_per_token\":0,"
             "\"kv_cache_capacity_bytes\":0,\"kv_block_tokens\":0,"
             "\"fingerprint\":\"\",\"bos_token_id\":0,\"eos_token_id\":0,"
-            "\"weight_bytes\":0,\"cpu\":\"\",\"isa\":\"\"}");
+            "\"weight_bytes\":0,\"cpu\":\"\",\"isa\":\"\","
+            "\"chat_template\":\"\"}");
 }
 
 TEST(ProtoJsonTest, ModelInfoValues) {
@@ -48,7 +49,8 @@ TEST(ProtoJsonTest, SessionSkipsUnsetPresenceFieldsAndKeepsZeroScalars) {
   v1::Session session;
   EXPECT_EQ(Line(session),
             "{\"session_id\":\"\",\"num_tokens\":0,\"kv_bytes\":0,"
-            "\"tier\":\"\",\"owner\":\"\",\"token_ids\":[],\"busy\":false}");
+            "\"tier\":\"\",\"owner\":\"\",\"token_ids\":[],\"busy\":false,"
+            "\"messages\":[]}");
 
   session.set_session_id("s\"1");
   session.set_num_tokens(int64_t{1} << 40);
@@ -60,7 +62,8 @@ TEST(ProtoJsonTest, SessionSkipsUnsetPresenceFieldsAndKeepsZeroScalars) {
             "{\"session_id\":\"s\\\"1\",\"num_tokens\":1099511627776,"
             "\"kv_bytes\":0,\"tier\":\"\","
             "\"create_time\":\"1970-01-01T00:00:00Z\",\"ttl_seconds\":0,"
-            "\"owner\":\"\",\"token_ids\":[1,42],\"busy\":false}");
+            "\"owner\":\"\",\"token_ids\":[1,42],\"busy\":false,"
+            "\"messages\":[]}");
 }
 
 TEST(ProtoJsonTest, NestedMessagesAndRepeatedMessages) {
@@ -70,7 +73,7 @@ TEST(ProtoJsonTest, NestedMessagesAndRepeatedMessages) {
   EXPECT_EQ(Line(append),
             "{\"session\":{\"session_id\":\"abc\",\"num_tokens\":0,"
             "\"kv_bytes\":0,\"tier\":\"\",\"owner\":\"\",\"token_ids\":[],"
-            "\"busy\":false},\"usage\":{\"prompt_tokens\":0,"
+            "\"busy\":false,\"messages\":[]},\"usage\":{\"prompt_tokens\":0,"
             "\"cached_prompt_tokens\":0,\"generated_tokens\":0}}");
 
   v1::ListSessionsResponse list;

@@ -203,3 +203,54 @@ TEST_F(SessionDirTest, StrayTemporariesOfACrashAreRemovedAtOpen) {
 
 }  // namespace
 }  // namespace kvserve
+
+namespace kvserve {
+namespace {
+
+TEST_F(SessionDirTest, ReplaysAChatSessionsConversation) {
+  StoredSession s = Sample();
+  s.messages = {ChatMessage{.role = "system", .content = "Be brief."}};
+  ASSERT_TRUE(dir_->Create(s).ok());
+  const std::vector<ChatMessage> turn = {
+      ChatMessage{.role = "user", .content = "Hi", .name = "ann"},
+      ChatMessage{.role = "assistant",
+                  .content = "",
+                  .tool_calls_json = R"([{"id":"1"}])"}};
+  ASSERT_TRUE(
+      dir_->WriteRecord(kId,
+                        SessionDir::AppendRecord(3, std::vector{4, 5}, 1, turn),
+                        /*start=*/false)
+          .ok());
+  // A record without a conversation section leaves the messages alone.
+  ASSERT_TRUE(dir_->Append(kId, 5, std::vector<int32_t>{6}).ok());
+  auto loaded = dir_->Load(kId);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->tokens, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(loaded->messages.size(), 3u);
+  EXPECT_EQ(loaded->messages[0], s.messages[0]);
+  EXPECT_EQ(loaded->messages[1], turn[0]);
+  EXPECT_EQ(loaded->messages[2], turn[1]);
+
+  // "Keep none": the conversation is cleared.
+  ASSERT_TRUE(
+      dir_->WriteRecord(kId, SessionDir::AppendRecord(1, {}, 0, {}), false)
+          .ok());
+  loaded = dir_->Load(kId);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->messages.empty());
+  EXPECT_EQ(loaded->replayed_bytes, loaded->log_bytes);
+
+  // A conversation base past the messages held is a corrupt record: the
+  // replay stops before it.
+  ASSERT_TRUE(
+      dir_->WriteRecord(
+              kId, SessionDir::AppendRecord(1, std::vector{9}, 5, turn), false)
+          .ok());
+  loaded = dir_->Load(kId);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->tokens, (std::vector<int32_t>{1}));
+  EXPECT_LT(loaded->replayed_bytes, loaded->log_bytes);
+}
+
+}  // namespace
+}  // namespace kvserve

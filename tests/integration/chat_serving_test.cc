@@ -1,0 +1,230 @@
+// Chat over gRPC and kvctl against the real server: ApplyChatTemplate, chat
+// turns with messages (equal to a Generate over the template's token ids),
+// sessions that keep the conversation, --chat_template, template errors and
+// parse_special.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "tests/integration/integration_util.h"
+#include "tests/testing/paths.h"
+
+namespace kvserve::testing {
+namespace {
+
+v1::ChatMessage Message(std::string role, std::string content) {
+  v1::ChatMessage m;
+  m.set_role(std::move(role));
+  m.set_content(std::move(content));
+  return m;
+}
+
+void SetMessages(const std::vector<v1::ChatMessage>& messages,
+                 v1::Input* input) {
+  *input->mutable_messages()->mutable_messages() = {messages.begin(),
+                                                    messages.end()};
+}
+
+class ChatServingTest : public SharedServerTest {
+ protected:
+  absl::StatusOr<Generated> Chat(const std::string& session_id,
+                                 const std::vector<v1::ChatMessage>& messages,
+                                 int max_tokens = 8) {
+    v1::GenerateRequest request = GreedyRequest(max_tokens);
+    request.set_session_id(session_id);
+    SetMessages(messages, request.mutable_prompt());
+    return GenerateAll(client(), request);
+  }
+
+  CommandResult Kvctl(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinDir() + "/kvctl",
+                                     "--addr=" + server().grpc_address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<CommandResult> result = RunCommand(argv, absl::Seconds(30));
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : CommandResult{};
+  }
+};
+
+TEST_F(ChatServingTest, ApplyChatTemplateRendersChatMlForAModelWithout) {
+  absl::StatusOr<v1::ModelInfo> info = client().GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->chat_template(), "chatml");
+
+  v1::ApplyChatTemplateRequest request;
+  request.add_messages()->CopyFrom(Message("system", "Be kind."));
+  request.add_messages()->CopyFrom(Message("user", "Hi"));
+  request.set_add_generation_prompt(true);
+  absl::StatusOr<v1::ApplyChatTemplateResponse> response =
+      client().ApplyChatTemplate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  const std::string expected =
+      "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>"
+      "\n<|im_start|>assistant\n";
+  EXPECT_EQ(response->text(), expected);
+  // The built-in vocabulary is bytes: BOS, then one token per byte.
+  ASSERT_EQ(response->token_ids_size(), 1 + static_cast<int>(expected.size()));
+  EXPECT_EQ(response->token_ids(0), info->bos_token_id());
+
+  request.set_add_generation_prompt(false);
+  response = client().ApplyChatTemplate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_FALSE(absl::StrContains(response->text(), "assistant"));
+}
+
+TEST_F(ChatServingTest, ChatTurnEqualsAGenerateOverTheTemplatesTokenIds) {
+  const std::vector<v1::ChatMessage> messages = {Message("user", "Tell me")};
+  absl::StatusOr<Generated> chat = Chat("", messages);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+
+  v1::ApplyChatTemplateRequest apply;
+  apply.add_messages()->CopyFrom(messages[0]);
+  apply.set_add_generation_prompt(true);
+  absl::StatusOr<v1::ApplyChatTemplateResponse> prompt =
+      client().ApplyChatTemplate(apply);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  v1::GenerateRequest request = GreedyRequest(8);
+  SetTokens({prompt->token_ids().begin(), prompt->token_ids().end()},
+            request.mutable_prompt());
+  absl::StatusOr<Generated> tokens = GenerateAll(client(), request);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(chat->ids, tokens->ids);
+  EXPECT_EQ(chat->text, tokens->text);
+  EXPECT_EQ(chat->final_message.usage().prompt_tokens(),
+            prompt->token_ids_size());
+}
+
+TEST_F(ChatServingTest, ASessionKeepsTheConversation) {
+  absl::StatusOr<v1::Session> session =
+      client().CreateSession(v1::CreateSessionRequest());
+  ASSERT_TRUE(session.ok()) << session.status();
+  const std::string id = session->session_id();
+  absl::StatusOr<Generated> first = Chat(id, {Message("user", "One")});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<Generated> second = Chat(id, {Message("user", "Two")});
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  // A stateless client sends the whole conversation, and gets the same.
+  absl::StatusOr<Generated> stateless =
+      Chat("", {Message("user", "One"), Message("assistant", first->text),
+                Message("user", "Two")});
+  ASSERT_TRUE(stateless.ok()) << stateless.status();
+  EXPECT_EQ(second->ids, stateless->ids);
+  EXPECT_GT(second->final_message.usage().cached_prompt_tokens(),
+            first->final_message.usage().prompt_tokens() - 1);
+
+  v1::GetSessionRequest get;
+  get.set_session_id(id);
+  get.set_include_tokens(true);
+  absl::StatusOr<v1::Session> got = client().GetSession(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->messages_size(), 4);
+  EXPECT_EQ(got->messages(1).role(), "assistant");
+  EXPECT_EQ(got->messages(1).content(), first->text);
+  EXPECT_EQ(got->messages(3).content(), second->text);
+}
+
+TEST_F(ChatServingTest, KvctlTemplateAndChat) {
+  CommandResult rendered = Kvctl({"template", "--system=S", "--", "Hi"});
+  EXPECT_EQ(rendered.status.code, 0) << rendered.err;
+  EXPECT_EQ(rendered.out,
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+
+  CommandResult chat = Kvctl(
+      {"chat", "--max_tokens=6", "--temperature=0", "--ignore_eos", "Hi"});
+  EXPECT_EQ(chat.status.code, 0) << chat.err;
+  absl::StatusOr<Generated> expected = Chat("", {Message("user", "Hi")}, 6);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(chat.out, expected->text + "\n");
+
+  CommandResult bad = Kvctl({"template", "--messages=/nonexistent.json"});
+  EXPECT_EQ(bad.status.code, 1);
+  EXPECT_TRUE(absl::StrContains(bad.err, "/nonexistent.json")) << bad.err;
+}
+
+TEST(ChatTemplateFlagTest, ServesTheTemplateOfTheFileAndItsErrors) {
+  const std::string path =
+      SharedDir() + "/templates/google-gemma-2-2b-it.jinja";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " is missing (../shared/templates)";
+  }
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--chat_template=" + path);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(absl::StrContains((*server)->stderr_text(),
+                                "chat template from " + path));
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(**server);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<v1::ModelInfo> info = (*client)->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->chat_template(), "file");
+
+  v1::ApplyChatTemplateRequest request;
+  request.add_messages()->CopyFrom(Message("user", "Hi"));
+  request.set_add_generation_prompt(true);
+  absl::StatusOr<v1::ApplyChatTemplateResponse> response =
+      (*client)->ApplyChatTemplate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->text(),
+            "<s><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+
+  // Gemma 2's template refuses a system message; its words come back.
+  request.mutable_messages(0)->set_role("system");
+  response = (*client)->ApplyChatTemplate(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(response.status().message(), "System role not supported");
+  v1::GenerateRequest generate = GreedyRequest(4);
+  SetMessages({Message("system", "x")}, generate.mutable_prompt());
+  absl::StatusOr<Generated> refused = GenerateAll(**client, generate);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "System role not supported");
+}
+
+TEST(ChatTemplateFlagTest, ATemplateThatDoesNotParseStopsTheServer) {
+  ScratchDir dir;
+  const std::string path = dir.File("broken.jinja");
+  ASSERT_TRUE(WriteTextFile(path, "{% for m in messages %}{{ m.content }}"));
+  absl::StatusOr<CommandResult> result =
+      RunCommand({BinDir() + "/kvserve", "--listen=127.0.0.1:0",
+                  "--metrics_listen=", "--chat_template=" + path},
+                 absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->status.code, 1) << result->err;
+  EXPECT_TRUE(absl::StrContains(result->err, path)) << result->err;
+  EXPECT_TRUE(absl::StrContains(result->err, "line 1")) << result->err;
+}
+
+TEST(ParseSpecialTest, ControlTokensInTextOnlyWhenAsked) {
+  const std::string model = SharedDir() + "/models/stories260K.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << model << " is missing";
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--model=" + model);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(**server);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  v1::TokenizeRequest request;
+  request.set_text("</s>");
+  absl::StatusOr<v1::TokenizeResponse> plain = (*client)->Tokenize(request);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_GT(plain->token_ids_size(), 1);  // as characters
+  request.set_parse_special(true);
+  absl::StatusOr<v1::TokenizeResponse> special = (*client)->Tokenize(request);
+  ASSERT_TRUE(special.ok()) << special.status();
+  ASSERT_EQ(special->token_ids_size(), 1);
+  EXPECT_EQ(special->token_ids(0), 2);  // EOS
+}
+
+}  // namespace
+}  // namespace kvserve::testing
