@@ -34,6 +34,7 @@
 #include "kvserve_build_info.h"
 #include "prometheus/exposer.h"
 #include "server/auth.h"
+#include "server/http/http_server.h"
 #include "server/inference_service.h"
 #include "server/kv_budget.h"
 #include "server/metrics.h"
@@ -94,6 +95,10 @@ ABSL_FLAG(std::string, api_keys_file, "",
           "file of `OWNER SHA256HEX` lines (the hex SHA-256 of each key): "
           "every kvserve.v1 call needs `authorization: Bearer KEY` and its "
           "owner is the key's; reloaded on SIGHUP");
+ABSL_FLAG(std::string, http_listen, "",
+          "OpenAI-compatible HTTP API address (host:port); empty disables "
+          "it. HTTPS with --tls_cert/--tls_key; a non-loopback address needs "
+          "TLS or --insecure, as --listen does");
 ABSL_FLAG(bool, insecure, false,
           "allow plaintext gRPC on a --listen reachable from other machines "
           "(TLS terminates in front of kvserve: a router or service mesh)");
@@ -198,6 +203,34 @@ absl::StatusOr<Security> SecurityFromFlags() {
                   .auth = *std::move(auth)};
 }
 
+// The HTTP API's options from the flags; nullopt when --http_listen is
+// empty. Any error is a bad flag.
+absl::StatusOr<std::optional<http::HttpServer::Options>>
+HttpOptionsFromFlags() {
+  const std::string listen = absl::GetFlag(FLAGS_http_listen);
+  if (listen.empty()) return std::nullopt;
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen);
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_listen: ", hp.status().message()));
+  }
+  http::HttpServer::Options options;
+  options.listen = listen;
+  options.tls =
+      TlsOptions{.cert_file = absl::GetFlag(FLAGS_tls_cert),
+                 .key_file = absl::GetFlag(FLAGS_tls_key),
+                 .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca)};
+  if (absl::Status s = CheckListenSecurity(listen, *hp, options.tls.enabled(),
+                                           absl::GetFlag(FLAGS_insecure));
+      !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--http_listen: ", s.message()));
+  }
+  options.threads = 2 * std::max(1, absl::GetFlag(FLAGS_max_running));
+  options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  return options;
+}
+
 // On SIGHUP: the keys file again, or the old keys and why not.
 void ReloadApiKeys(Authenticator& auth) {
   if (!auth.keys_required()) {
@@ -224,6 +257,13 @@ int Serve() {
   if (!security.ok()) {
     std::fprintf(stderr, "kvserve: %s\n",
                  std::string(security.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::optional<http::HttpServer::Options>> http_options =
+      HttpOptionsFromFlags();
+  if (!http_options.ok()) {
+    std::fprintf(stderr, "kvserve: %s\n",
+                 std::string(http_options.status().message()).c_str());
     return 2;
   }
   std::fprintf(stderr, "kvserve: %s; oneDNN ISA %s\n", CpuSummary().c_str(),
@@ -333,6 +373,27 @@ int Serve() {
     return 1;
   }
   server->GetHealthCheckService()->SetServingStatus(true);
+  std::unique_ptr<http::HttpServer> http_server;
+  if (http_options->has_value()) {
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> created =
+        http::HttpServer::Create(**http_options,
+                                 {.engine = engine->get(),
+                                  .weights = model->weights.get(),
+                                  .tokenizer = model->tokenizer.get(),
+                                  .chat_template = chat->chat_template.get(),
+                                  .metrics = metrics.get(),
+                                  .auth = security->auth.get()});
+    if (!created.ok()) {
+      std::fprintf(stderr, "kvserve: --http_listen: %s\n",
+                   std::string(created.status().message()).c_str());
+      return 1;
+    }
+    http_server = *std::move(created);
+    http_server->Start();
+    std::fprintf(stderr, "kvserve: HTTP listening on %s:%d%s\n",
+                 ParseHostPort((*http_options)->listen)->host.c_str(),
+                 http_server->port(), http_server->tls() ? " (TLS)" : "");
+  }
   std::fprintf(stderr, "kvserve: listening grpc=%s:%d metrics=%s\n",
                security->listen.host.c_str(), port, metrics_address.c_str());
   std::fflush(stderr);
@@ -341,6 +402,7 @@ int Serve() {
       WaitForTerminationSignal([&] { ReloadApiKeys(*security->auth); });
   std::fprintf(stderr, "kvserve: signal %d, draining\n", signal);
   server->GetHealthCheckService()->SetServingStatus(false);
+  if (http_server) http_server->SetServing(false);
   (*engine)->Drain();
   // In-flight RPCs get the grace period to finish; then the rest are
   // cancelled. (gRPC's own Shutdown deadline also waits on idle client
@@ -350,6 +412,7 @@ int Serve() {
   while (metrics->in_flight() > 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(10));
   }
+  if (http_server) http_server->Stop();  // cancels the streams still open
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
   engine->reset();  // writes the sessions' KV snapshots

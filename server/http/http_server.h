@@ -1,0 +1,109 @@
+// HttpServer: the OpenAI-compatible HTTP API (--http_listen), in-process on
+// the same Engine as the gRPC service. Like InferenceService it is thin:
+// authenticate -> parse (openai_json.h) -> call the engine -> convert the
+// status (HttpStatus, the one place) -> record metrics, with `method`
+// labels such as "POST /v1/chat/completions".
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+// GET /v1/models/{id}, GET /health, POST /tokenize, POST /detokenize,
+// POST /apply-template, POST /sessions, DELETE /sessions/{id}. Every route
+// but /health needs `Authorization: Bearer KEY` when the server has API
+// keys; the owner is the key's.
+//
+// Sessions: an `x-session-id` header (or a `session_id` body field)
+// continues a kvserve session, so a chat client sends only its new
+// messages; without one a request runs on an ephemeral session (the prefix
+// cache still reuses KV across requests).
+//
+// Threads: cpp-httplib runs each connection on one of `threads` workers; a
+// request holds its worker until it ends (a stream: until the last event),
+// and an idle keep-alive connection holds one for up to 5 s. The engine's
+// TokenSink callbacks only push into a TokenQueue; the worker waits on it.
+//
+// Client disconnect: a stream whose write fails cancels its generation at
+// the next engine step. A non-streaming request cannot notice: cpp-httplib
+// 0.11 gives a handler no view of its connection, so such a request runs to
+// its end (at most max_tokens) after its client left.
+//
+// Thread-safety: Start/Stop/SetServing from one thread; handlers run on the
+// workers.
+#ifndef KVSERVE_SERVER_HTTP_HTTP_SERVER_H_
+#define KVSERVE_SERVER_HTTP_HTTP_SERVER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "core/chat/chat_template.h"
+#include "core/engine/engine.h"
+#include "core/model/weights.h"
+#include "core/tokenizer/tokenizer.h"
+#include "server/auth.h"
+#include "server/metrics.h"
+#include "server/tls.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace kvserve::http {
+
+class HttpServer {
+ public:
+  struct Options {
+    std::string listen;  // "host:port"; port 0 picks a free one
+    // enabled(): HTTPS with these files (client_ca_file: mutual TLS).
+    TlsOptions tls;
+    int threads = 128;  // workers; each streaming request holds one
+    // Larger bodies are refused with 413. 8 MiB holds a full 128k-token
+    // conversation as text several times over.
+    size_t max_body_bytes = size_t{8} << 20;
+    int default_max_tokens = 256;  // when a request sets none
+  };
+
+  struct Deps {
+    Engine* engine;
+    const ModelWeights* weights;  // its name is the served model's id
+    const Tokenizer* tokenizer;
+    const ChatTemplate* chat_template;  // for /apply-template and tools
+    Metrics* metrics;
+    const Authenticator* auth;
+  };
+
+  // Binds the address (not yet serving). INVALID_ARGUMENT for a bad
+  // address or TLS files, UNAVAILABLE when the address cannot be bound.
+  // REQUIRES: everything in `deps` outlives the server.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Create(
+      const Options& options, const Deps& deps);
+  ~HttpServer();  // Stop()
+
+  // Serves on a thread of its own.
+  void Start();
+  // /health answers 503 once false (draining).
+  void SetServing(bool serving) { serving_.store(serving); }
+  // Cancels the generations still running, waits for the workers and stops.
+  void Stop();
+
+  int port() const { return port_; }
+  bool tls() const { return options_.tls.enabled(); }
+
+ private:
+  class Handlers;
+  HttpServer(const Options& options, const Deps& deps);
+
+  const Options options_;
+  const Deps deps_;
+  std::unique_ptr<Handlers> handlers_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::atomic<bool> serving_{true};
+  std::thread thread_;
+};
+
+}  // namespace kvserve::http
+
+#endif  // KVSERVE_SERVER_HTTP_HTTP_SERVER_H_

@@ -1,0 +1,696 @@
+#include "server/http/openai_json.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "core/text/utf8_stream_decoder.h"
+#include "core/util/status_reason.h"
+
+namespace kvserve::http {
+namespace {
+
+// The gRPC API's limits on stop strings (server/convert.cc).
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+// What OpenAI reports for a logprob of -inf, which JSON cannot carry.
+constexpr float kMinLogprob = -9999.0f;
+
+// Reads the fields of one JSON object; the first wrong type is kept as the
+// error (status()) and later reads return nullopt.
+class FieldReader {
+ public:
+  // `prefix` names the object in messages ("messages[2].").
+  explicit FieldReader(const Json& object, std::string prefix = "")
+      : object_(object), prefix_(std::move(prefix)) {}
+
+  // The value of `key`, nullptr when absent or null.
+  const Json* Find(const char* key) const {
+    auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<std::string> String(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) return Fail(key, "a string", *v);
+    return v->get<std::string>();
+  }
+  std::optional<bool> Bool(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) return Fail(key, "a boolean", *v);
+    return v->get<bool>();
+  }
+  std::optional<int64_t> Int(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) return std::nullopt;
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      return u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                 ? std::numeric_limits<int64_t>::max()
+                 : static_cast<int64_t>(u);
+    }
+    if (!v->is_number_integer()) return Fail(key, "an integer", *v);
+    return v->get<int64_t>();
+  }
+  std::optional<double> Number(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) return Fail(key, "a number", *v);
+    return v->get<double>();
+  }
+  // An array or object as is.
+  const Json* Array(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) return nullptr;
+    if (!v->is_array()) return Fail(key, "an array", *v), nullptr;
+    return v;
+  }
+  const Json* Object(const char* key) {
+    const Json* v = Find(key);
+    if (v == nullptr) return nullptr;
+    if (!v->is_object()) return Fail(key, "an object", *v), nullptr;
+    return v;
+  }
+
+  // A value check of the caller's: INVALID_ARGUMENT naming the field.
+  void Invalid(const char* key, absl::string_view what) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(
+          absl::StrCat("`", prefix_, key, "` ", what));
+    }
+  }
+  std::string Name(const char* key) const { return absl::StrCat(prefix_, key); }
+
+  const absl::Status& status() const { return status_; }
+
+ private:
+  std::nullopt_t Fail(const char* key, const char* expected, const Json& v) {
+    Invalid(key, absl::StrCat("must be ", expected, ", got ", v.type_name()));
+    return std::nullopt;
+  }
+
+  const Json& object_;
+  const std::string prefix_;
+  absl::Status status_;
+};
+
+// The fields /v1/chat/completions and /v1/completions share.
+void ReadCommon(FieldReader& f, int default_max_tokens,
+                GenerationRequest& out) {
+  GenerateParams& p = out.params;
+  out.model = f.String("model").value_or("");
+  if (std::optional<int64_t> n = f.Int("n"); n.has_value() && *n != 1) {
+    f.Invalid("n",
+              absl::StrCat("must be 1 (one choice per request), got ", *n));
+  }
+  // max_completion_tokens is the newer name; it wins when both are given.
+  std::optional<int64_t> max_tokens = f.Int("max_tokens");
+  const char* max_name = "max_tokens";
+  if (std::optional<int64_t> m = f.Int("max_completion_tokens")) {
+    max_tokens = m;
+    max_name = "max_completion_tokens";
+  }
+  if (max_tokens.has_value() && *max_tokens < 1) {
+    f.Invalid(max_name, absl::StrCat("must be at least 1, got ", *max_tokens));
+  }
+  p.max_tokens = max_tokens.has_value()
+                     ? static_cast<int>(std::min<int64_t>(
+                           *max_tokens, std::numeric_limits<int>::max()))
+                     : default_max_tokens;
+  p.sampling.temperature =
+      static_cast<float>(f.Number("temperature").value_or(1.0));
+  p.sampling.top_p = static_cast<float>(f.Number("top_p").value_or(1.0));
+  // top_k: vLLM's extension; -1 is its "off".
+  if (std::optional<int64_t> top_k = f.Int("top_k")) {
+    if (*top_k < -1) f.Invalid("top_k", "must be -1 (off) or at least 0");
+    p.sampling.top_k =
+        *top_k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(*top_k, 1 << 30));
+  }
+  if (std::optional<int64_t> seed = f.Int("seed")) {
+    p.sampling.seed = static_cast<uint64_t>(*seed);
+  } else {
+    p.sampling.seed = absl::Uniform<uint64_t>(absl::BitGen());
+  }
+  if (const Json* stop = f.Find("stop")) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const Json& s : *stop) {
+        if (!s.is_string()) {
+          f.Invalid("stop", absl::StrCat("must be a string or a list of "
+                                         "strings, got a list holding ",
+                                         s.type_name()));
+          break;
+        }
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      f.Invalid("stop", absl::StrCat("must be a string or a list of strings, "
+                                     "got ",
+                                     stop->type_name()));
+    }
+  }
+  if (static_cast<int>(p.stop.size()) > kMaxStopStrings) {
+    f.Invalid("stop", absl::StrFormat("holds %d strings, at most %d",
+                                      p.stop.size(), kMaxStopStrings));
+  }
+  for (const std::string& s : p.stop) {
+    if (s.empty() || s.size() > kMaxStopBytes) {
+      f.Invalid("stop", absl::StrFormat("strings must have 1 to %d bytes, "
+                                        "got %d",
+                                        kMaxStopBytes, s.size()));
+    }
+  }
+  p.ignore_eos = f.Bool("ignore_eos").value_or(false);  // vLLM's extension
+  out.stream = f.Bool("stream").value_or(false);
+  if (const Json* options = f.Object("stream_options")) {
+    FieldReader o(*options, "stream_options.");
+    out.include_usage = o.Bool("include_usage").value_or(false);
+    if (!o.status().ok()) f.Invalid("stream_options", o.status().message());
+  }
+  p.session_id = f.String("session_id").value_or("");
+}
+
+absl::Status TypeError(absl::string_view name, absl::string_view expected,
+                       const Json& v) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("`", name, "` must be ", expected, ", got ", v.type_name()));
+}
+
+// A message's content: a string, null or a list of text parts.
+absl::StatusOr<std::string> ParseContent(const Json& content,
+                                         const std::string& name) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    return TypeError(name, "a string, null or a list of parts", content);
+  }
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string part_name = absl::StrCat(name, "[", i, "]");
+    if (!part.is_object()) return TypeError(part_name, "an object", part);
+    FieldReader f(part, part_name + ".");
+    const std::string type = f.String("type").value_or("");
+    std::optional<std::string> text = f.String("text");
+    if (!f.status().ok()) return f.status();
+    if (type != "text" || !text.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", part_name,
+                       "` must be a {\"type\": \"text\", \"text\": ...} "
+                       "part, got type \"",
+                       type, "\" (only text is supported)"));
+    }
+    texts.push_back(*std::move(text));
+  }
+  return absl::StrJoin(texts, "\n");
+}
+
+Json LogprobBytes(absl::string_view bytes) {
+  Json out = Json::array();
+  for (char c : bytes) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+std::string ValidUtf8(absl::string_view bytes) {
+  Utf8StreamDecoder utf8;
+  return utf8.Push(std::string_view(bytes.data(), bytes.size())) + utf8.Flush();
+}
+
+float FiniteLogprob(float logprob) {
+  return std::isfinite(logprob) ? logprob : kMinLogprob;
+}
+
+Json ChatLogprobs(const std::vector<TokenLogprobEntry>& entries) {
+  Json content = Json::array();
+  for (const TokenLogprobEntry& e : entries) {
+    Json top = Json::array();
+    for (const TokenLogprobEntry::Alternative& a : e.top) {
+      top.push_back({{"token", ValidUtf8(a.bytes)},
+                     {"logprob", FiniteLogprob(a.logprob)},
+                     {"bytes", LogprobBytes(a.bytes)}});
+    }
+    content.push_back({{"token", ValidUtf8(e.bytes)},
+                       {"logprob", FiniteLogprob(e.logprob)},
+                       {"bytes", LogprobBytes(e.bytes)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+Json CompletionLogprobs(const std::vector<TokenLogprobEntry>& entries) {
+  Json tokens = Json::array(), token_logprobs = Json::array(),
+       top_logprobs = Json::array(), text_offset = Json::array();
+  for (const TokenLogprobEntry& e : entries) {
+    tokens.push_back(ValidUtf8(e.bytes));
+    token_logprobs.push_back(FiniteLogprob(e.logprob));
+    Json top = Json::object();
+    for (const TokenLogprobEntry::Alternative& a : e.top) {
+      top[ValidUtf8(a.bytes)] = FiniteLogprob(a.logprob);
+    }
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(e.text_offset);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+Json LogprobsJson(
+    Endpoint endpoint,
+    const std::optional<std::vector<TokenLogprobEntry>>& entries) {
+  if (!entries.has_value()) return nullptr;
+  return endpoint == Endpoint::kChatCompletions ? ChatLogprobs(*entries)
+                                                : CompletionLogprobs(*entries);
+}
+
+const char* ObjectName(Endpoint endpoint, bool chunk) {
+  if (endpoint == Endpoint::kCompletions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+Json MetaJson(const ResponseMeta& meta, bool chunk) {
+  return {{"id", meta.id},
+          {"object", ObjectName(meta.endpoint, chunk)},
+          {"created", meta.created},
+          {"model", meta.model}};
+}
+
+}  // namespace
+
+int HttpStatus(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+Json ErrorJson(int http_status, absl::string_view message,
+               absl::string_view code) {
+  const char* type = "invalid_request_error";
+  if (http_status == 401) type = "authentication_error";
+  if (http_status == 403) type = "permission_error";
+  if (http_status == 429) type = "rate_limit_error";
+  if (http_status >= 500) type = "server_error";
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", nullptr},
+            {"code", code}}}};
+}
+
+Json ErrorJson(const absl::Status& status) {
+  std::string code = ReasonOf(status);
+  if (code.empty()) {
+    code = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+  }
+  return ErrorJson(HttpStatus(status.code()), status.message(), code);
+}
+
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+absl::StatusOr<Json> ParseBody(absl::string_view body) {
+  Json json;
+  try {
+    json = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2:
+    // ..." without the bracketed id.
+    absl::string_view what = e.what();
+    if (size_t end = what.find("] "); end != absl::string_view::npos) {
+      what.remove_prefix(end + 2);
+    }
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the request body is not valid JSON (byte %d): %s", e.byte, what));
+  }
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request body must be a JSON object, got ", json.type_name()));
+  }
+  return json;
+}
+
+absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& messages) {
+  if (!messages.is_array()) return TypeError("messages", "an array", messages);
+  if (messages.empty()) {
+    return absl::InvalidArgumentError("`messages` must not be empty");
+  }
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string name = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return TypeError(name, "an object", m);
+    FieldReader f(m, name + ".");
+    ChatMessage message;
+    std::optional<std::string> role = f.String("role");
+    if (f.status().ok() && (!role.has_value() || role->empty())) {
+      f.Invalid("role", "is required");
+    }
+    message.role = role.value_or("");
+    message.name = f.String("name").value_or("");
+    message.tool_call_id = f.String("tool_call_id").value_or("");
+    if (const Json* calls = f.Array("tool_calls")) {
+      message.tool_calls_json = Dump(*calls);
+    }
+    if (!f.status().ok()) return f.status();
+    auto it = m.find("content");
+    if (it != m.end()) {
+      absl::StatusOr<std::string> content =
+          ParseContent(*it, name + ".content");
+      if (!content.ok()) return content.status();
+      message.content = *std::move(content);
+    }
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
+absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
+                                                   int default_max_tokens) {
+  GenerationRequest out;
+  FieldReader f(body);
+  ReadCommon(f, default_max_tokens, out);
+  // logprobs: true with top_logprobs: N alternatives (0..20).
+  out.logprobs = f.Bool("logprobs").value_or(false);
+  std::optional<int64_t> top = f.Int("top_logprobs");
+  if (top.has_value() && (*top < 0 || *top > kMaxTopLogprobs)) {
+    f.Invalid("top_logprobs", absl::StrFormat("must be in [0, %d], got %d",
+                                              kMaxTopLogprobs, *top));
+  }
+  if (top.has_value() && !out.logprobs) {
+    f.Invalid("top_logprobs", "needs `logprobs`: true");
+  }
+  out.params.logprobs = out.logprobs ? static_cast<int>(top.value_or(0)) : -1;
+  if (const Json* tools = f.Array("tools")) out.tools_json = Dump(*tools);
+  if (!f.status().ok()) return f.status();
+  const Json* messages = f.Find("messages");
+  if (messages == nullptr) {
+    return absl::InvalidArgumentError("`messages` is required");
+  }
+  absl::StatusOr<std::vector<ChatMessage>> parsed = ParseMessages(*messages);
+  if (!parsed.ok()) return parsed.status();
+  out.params.prompt = ChatInput{.messages = *std::move(parsed)};
+  return out;
+}
+
+absl::StatusOr<GenerationRequest> ParseCompletionRequest(
+    const Json& body, int default_max_tokens) {
+  GenerationRequest out;
+  FieldReader f(body);
+  ReadCommon(f, default_max_tokens, out);
+  // logprobs: N alternatives (0..20; OpenAI allows 5, vLLM 20).
+  if (std::optional<int64_t> n = f.Int("logprobs")) {
+    if (*n < 0 || *n > kMaxTopLogprobs) {
+      f.Invalid("logprobs", absl::StrFormat("must be in [0, %d], got %d",
+                                            kMaxTopLogprobs, *n));
+    }
+    out.logprobs = true;
+    out.params.logprobs = static_cast<int>(*n);
+  }
+  out.params.parse_special = f.Bool("parse_special").value_or(false);
+  if (f.Bool("echo").value_or(false)) f.Invalid("echo", "is not supported");
+  if (std::optional<int64_t> best_of = f.Int("best_of");
+      best_of.has_value() && *best_of != 1) {
+    f.Invalid("best_of", "must be 1");
+  }
+  if (!f.String("suffix").value_or("").empty()) {
+    f.Invalid("suffix", "is not supported");
+  }
+  if (!f.status().ok()) return f.status();
+
+  // prompt: a string, a list of one string, token ids, a list of one list
+  // of token ids.
+  const Json* prompt = f.Find("prompt");
+  if (prompt == nullptr) {
+    return absl::InvalidArgumentError("`prompt` is required");
+  }
+  const Json* single = prompt;
+  if (prompt->is_array() && prompt->size() == 1 &&
+      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
+    single = &(*prompt)[0];
+  }
+  if (single->is_string()) {
+    out.params.prompt = single->get<std::string>();
+    return out;
+  }
+  if (single->is_array() && !single->empty()) {
+    std::vector<int32_t> ids;
+    for (const Json& id : *single) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        ids.clear();
+        break;
+      }
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    if (!ids.empty()) {
+      out.params.prompt = std::move(ids);
+      return out;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "`prompt` must be a string, a list of one string, or a non-empty list "
+      "of token ids (non-negative integers; one prompt per request), got ",
+      prompt->is_array() ? absl::StrCat("a list of ", prompt->size())
+                         : std::string(prompt->type_name())));
+}
+
+absl::Status CheckModel(absl::string_view requested, absl::string_view served) {
+  if (requested.empty() || requested == served) return absl::OkStatus();
+  return WithReason(absl::NotFoundError(absl::StrCat("The model `", requested,
+                                                     "` does not exist (this "
+                                                     "server serves `",
+                                                     served, "`)")),
+                    kReasonModelNotFound);
+}
+
+absl::string_view OpenAiFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+    case FinishReason::kContextFull:
+      return "length";
+    case FinishReason::kStop:
+    case FinishReason::kEos:
+    case FinishReason::kCancelled:
+      return "stop";
+  }
+  return "stop";
+}
+
+TokenLogprobEntry MakeLogprobEntry(const Tokenizer& tokenizer, int32_t prev_id,
+                                   const GeneratedToken& token,
+                                   int64_t text_offset) {
+  TokenLogprobEntry e;
+  e.bytes = tokenizer.DecodeToken(prev_id, token.token_id);
+  e.logprob = token.logprobs->chosen;
+  e.text_offset = text_offset;
+  for (const TokenLogprob& alt : token.logprobs->top) {
+    e.top.push_back({.bytes = tokenizer.DecodeToken(prev_id, alt.token_id),
+                     .logprob = alt.logprob});
+  }
+  return e;
+}
+
+std::string NewResponseId(absl::string_view prefix) {
+  absl::BitGen gen;
+  return absl::StrFormat("%s%016x%016x", prefix, absl::Uniform<uint64_t>(gen),
+                         absl::Uniform<uint64_t>(gen));
+}
+
+Json UsageJson(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.generated_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.generated_tokens},
+          {"prompt_tokens_details",
+           {{"cached_tokens", usage.cached_prompt_tokens}}}};
+}
+
+Json CompletionJson(
+    const ResponseMeta& meta, absl::string_view text,
+    const GenerateResult& result,
+    const std::optional<std::vector<TokenLogprobEntry>>& logprobs) {
+  Json choice = {{"index", 0}};
+  if (meta.endpoint == Endpoint::kChatCompletions) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = LogprobsJson(meta.endpoint, logprobs);
+  choice["finish_reason"] = OpenAiFinishReason(result.finish_reason);
+  Json out = MetaJson(meta, /*chunk=*/false);
+  out["choices"] = Json::array({std::move(choice)});
+  out["usage"] = UsageJson(result.usage);
+  return out;
+}
+
+Json ChunkJson(const ResponseMeta& meta, const Json& delta,
+               const std::optional<std::vector<TokenLogprobEntry>>& logprobs,
+               absl::string_view finish_reason, bool include_usage) {
+  Json choice = {{"index", 0}};
+  if (meta.endpoint == Endpoint::kChatCompletions) {
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = delta.value("content", "");
+  }
+  choice["logprobs"] = LogprobsJson(meta.endpoint, logprobs);
+  choice["finish_reason"] =
+      finish_reason.empty() ? Json(nullptr) : Json(finish_reason);
+  Json out = MetaJson(meta, /*chunk=*/true);
+  out["choices"] = Json::array({std::move(choice)});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+Json UsageChunkJson(const ResponseMeta& meta, const Usage& usage) {
+  Json out = MetaJson(meta, /*chunk=*/true);
+  out["choices"] = Json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+Json ModelJson(absl::string_view name, int64_t created, int max_context) {
+  return {{"id", name},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "kvserve"},
+          {"max_model_len", max_context}};
+}
+
+Json ModelListJson(absl::string_view name, int64_t created, int max_context) {
+  return {{"object", "list"},
+          {"data", Json::array({ModelJson(name, created, max_context)})}};
+}
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const Json& body) {
+  FieldReader f(body);
+  TokenizeRequest out;
+  out.content = f.String("content").value_or("");
+  const bool add_special = f.Bool("add_special").value_or(false);
+  out.options =
+      EncodeOptions{.add_bos = add_special,
+                    .add_dummy_prefix = add_special,
+                    .parse_special = f.Bool("parse_special").value_or(false)};
+  out.with_pieces = f.Bool("with_pieces").value_or(false);
+  if (!f.status().ok()) return f.status();
+  return out;
+}
+
+Json TokenizeJson(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
+                  bool with_pieces) {
+  Json tokens = Json::array();
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string piece = tokenizer.DecodeToken(prev, id);
+    prev = id;
+    tokens.push_back(
+        {{"id", id},
+         {"piece", IsValidUtf8(piece) ? Json(piece) : LogprobBytes(piece)}});
+  }
+  return {{"tokens", std::move(tokens)}};
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(
+    const Json& body, int32_t vocab_size) {
+  FieldReader f(body);
+  std::vector<int32_t> ids;
+  const Json* tokens = f.Array("tokens");
+  if (!f.status().ok()) return f.status();
+  if (tokens == nullptr) return ids;
+  for (const Json& id : *tokens) {
+    if (!id.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`tokens` must be a list of integers, got a list "
+                       "holding ",
+                       id.type_name()));
+    }
+    const int64_t v = id.get<int64_t>();
+    if (v < 0 || v >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token id %d is outside the vocabulary [0, %d)", v, vocab_size));
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+std::string Detokenize(const Tokenizer& tokenizer,
+                       const std::vector<int32_t>& ids) {
+  Utf8StreamDecoder utf8;
+  std::string text;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    text += utf8.Push(tokenizer.DecodeToken(prev, id));
+    prev = id;
+  }
+  return text + utf8.Flush();
+}
+
+absl::StatusOr<ChatTemplateInput> ParseApplyTemplateRequest(const Json& body) {
+  FieldReader f(body);
+  ChatTemplateInput input;
+  input.add_generation_prompt = f.Bool("add_generation_prompt").value_or(true);
+  if (const Json* tools = f.Array("tools")) input.tools_json = Dump(*tools);
+  if (!f.status().ok()) return f.status();
+  const Json* messages = f.Find("messages");
+  if (messages == nullptr) {
+    return absl::InvalidArgumentError("`messages` is required");
+  }
+  absl::StatusOr<std::vector<ChatMessage>> parsed = ParseMessages(*messages);
+  if (!parsed.ok()) return parsed.status();
+  input.messages = *std::move(parsed);
+  return input;
+}
+
+absl::StatusOr<std::optional<absl::Duration>> ParseCreateSessionRequest(
+    const Json& body) {
+  FieldReader f(body);
+  std::optional<int64_t> ttl = f.Int("ttl_seconds");
+  if (ttl.has_value() && *ttl <= 0) {
+    f.Invalid("ttl_seconds", absl::StrCat("must be positive, got ", *ttl));
+  }
+  if (!f.status().ok()) return f.status();
+  if (!ttl.has_value()) return std::nullopt;
+  return absl::Seconds(*ttl);
+}
+
+}  // namespace kvserve::http

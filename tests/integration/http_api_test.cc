@@ -1,0 +1,702 @@
+// The OpenAI-compatible HTTP API (--http_listen) of a real kvserve, driven
+// with curl: chat and text completions with and without streaming, usage
+// and the prefix cache, stop strings and lengths, the error shapes and
+// statuses, the tokenizer routes, sessions over HTTP, API keys and the
+// metrics' method labels. The built-in model has no chat template, so chat
+// renders with ChatML; its vocabulary is bytes.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/integration_util.h"
+#include "tests/testing/server_process.h"
+
+namespace kvserve::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kHttpReadyPrefix[] = "kvserve: HTTP listening on ";
+
+// The port of the "kvserve: HTTP listening on HOST:PORT" line; 0 if none.
+int HttpPort(const ServerProcess& server) {
+  const std::string err = server.stderr_text();
+  const size_t at = err.find(kHttpReadyPrefix);
+  if (at == std::string::npos) return 0;
+  const size_t start = at + std::string(kHttpReadyPrefix).size();
+  const std::string address =
+      err.substr(start, err.find_first_of(" \n", start) - start);
+  int port = 0;
+  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+  std::string headers;  // with -D -: the response headers
+  Json json;            // null unless the body is JSON
+};
+
+// curl with `args` for `url`; the status from -w (0: no HTTP answer).
+HttpReply CurlUrl(const std::string& method, const std::string& url,
+                  const std::vector<std::string>& args = {}) {
+  std::vector<std::string> argv = {
+      "/usr/bin/curl", "-s", "-S", "-N", "-X", method, "-w", "\n%{http_code}"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(url);
+  absl::StatusOr<CommandResult> result = RunCommand(argv, absl::Seconds(60));
+  HttpReply reply;
+  if (!result.ok()) {
+    ADD_FAILURE() << result.status();
+    return reply;
+  }
+  const size_t last = result->out.rfind('\n');
+  if (last == std::string::npos) {
+    ADD_FAILURE() << "curl printed no status: " << result->err;
+    return reply;
+  }
+  reply.body = result->out.substr(0, last);
+  EXPECT_TRUE(absl::SimpleAtoi(result->out.substr(last + 1), &reply.status))
+      << result->out;
+  reply.json = Json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  if (reply.json.is_discarded()) reply.json = nullptr;
+  return reply;
+}
+
+// curl against http://127.0.0.1:port.
+HttpReply Curl(int port, const std::string& method, const std::string& path,
+               const std::vector<std::string>& args = {}) {
+  return CurlUrl(method, absl::StrCat("http://127.0.0.1:", port, path), args);
+}
+
+HttpReply Post(int port, const std::string& path, const Json& body,
+               std::vector<std::string> args = {}) {
+  args.insert(args.end(), {"-H", "Content-Type: application/json",
+                           "--data-binary", body.dump()});
+  return Curl(port, "POST", path, args);
+}
+
+// The data payloads of an SSE body; fails the test on any other line.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> data;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    if (line.empty()) continue;
+    if (!absl::ConsumePrefix(&line, "data: ")) {
+      ADD_FAILURE() << "not an SSE data line: " << line;
+      continue;
+    }
+    data.emplace_back(line);
+  }
+  EXPECT_NE(body.find("\n\n"), std::string::npos) << "events end in \\n\\n";
+  return data;
+}
+
+Json ChatBody(const std::string& content, int max_tokens) {
+  return {{"messages", {{{"role", "user"}, {"content", content}}}},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"ignore_eos", true}};
+}
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::vector<std::string> flags = TestServerFlags();
+    flags.push_back("--http_listen=127.0.0.1:0");
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        ServerProcess::Start(flags);
+    if (!server.ok()) {
+      *start_error_ = server.status().ToString();
+      return;
+    }
+    server_ = server->release();
+    port_ = HttpPort(*server_);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(start_error_->empty()) << *start_error_;
+    ASSERT_GT(port_, 0) << server_->stderr_text();
+  }
+
+  static int port() { return port_; }
+  static ServerProcess& server() { return *server_; }
+
+  static void ExpectError(const HttpReply& reply, int status,
+                          const std::string& code) {
+    EXPECT_EQ(reply.status, status) << reply.body;
+    ASSERT_TRUE(reply.json.is_object()) << reply.body;
+    ASSERT_TRUE(reply.json.contains("error")) << reply.body;
+    EXPECT_TRUE(reply.json["error"]["message"].is_string()) << reply.body;
+    EXPECT_TRUE(reply.json["error"]["type"].is_string()) << reply.body;
+    EXPECT_EQ(reply.json["error"]["code"], code) << reply.body;
+  }
+
+ private:
+  static inline ServerProcess* server_ = nullptr;
+  static inline int port_ = 0;
+  static inline std::string* start_error_ = new std::string();
+};
+
+TEST_F(HttpApiTest, ModelsListsTheServedModel) {
+  const HttpReply r = Curl(port(), "GET", "/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "list");
+  ASSERT_EQ(r.json["data"].size(), 1u);
+  EXPECT_EQ(r.json["data"][0]["id"], "kvserve-builtin");
+  EXPECT_EQ(r.json["data"][0]["object"], "model");
+  EXPECT_EQ(r.json["data"][0]["owned_by"], "kvserve");
+  EXPECT_TRUE(r.json["data"][0]["created"].is_number_integer());
+
+  EXPECT_EQ(Curl(port(), "GET", "/v1/models/kvserve-builtin").json["id"],
+            "kvserve-builtin");
+  ExpectError(Curl(port(), "GET", "/v1/models/gpt-4"), 404, "model_not_found");
+}
+
+TEST_F(HttpApiTest, Health) {
+  const HttpReply r = Curl(port(), "GET", "/health");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.json["status"], "ok");
+}
+
+TEST_F(HttpApiTest, ChatCompletion) {
+  Json body = ChatBody("Hello", 5);
+  body["model"] = "kvserve-builtin";
+  const HttpReply r = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "chat.completion");
+  EXPECT_TRUE(absl::StartsWith(r.json["id"].get<std::string>(), "chatcmpl-"));
+  EXPECT_EQ(r.json["model"], "kvserve-builtin");
+  EXPECT_TRUE(r.json["created"].is_number_integer());
+  ASSERT_EQ(r.json["choices"].size(), 1u);
+  const Json& choice = r.json["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_TRUE(choice["message"]["content"].is_string());
+  EXPECT_EQ(choice["finish_reason"], "length");
+  const Json& usage = r.json["usage"];
+  EXPECT_EQ(usage["completion_tokens"], 5);
+  EXPECT_GT(usage["prompt_tokens"].get<int>(), 5);  // ChatML around "Hello"
+  EXPECT_EQ(usage["total_tokens"].get<int>(),
+            usage["prompt_tokens"].get<int>() + 5);
+  EXPECT_TRUE(usage["prompt_tokens_details"]["cached_tokens"].is_number());
+}
+
+TEST_F(HttpApiTest, ChatStreamIsFramedAndMatchesTheNonStreamingAnswer) {
+  const Json body = ChatBody("Tell me", 6);
+  const HttpReply plain = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+
+  Json streaming = body;
+  streaming["stream"] = true;
+  streaming["stream_options"] = {{"include_usage", true}};
+  const HttpReply r = Post(port(), "/v1/chat/completions", streaming);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<std::string> data = SseData(r.body);
+  ASSERT_GE(data.size(), 4u) << r.body;
+  EXPECT_EQ(data.back(), "[DONE]");
+
+  std::string content;
+  std::optional<std::string> finish_reason;
+  std::optional<Json> usage;
+  std::string id;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const Json chunk = Json::parse(data[i]);
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk") << data[i];
+    if (id.empty()) id = chunk["id"];
+    EXPECT_EQ(chunk["id"], id) << "one id for the whole stream";
+    if (chunk["choices"].empty()) {  // the usage chunk, last before [DONE]
+      EXPECT_EQ(i + 2, data.size());
+      usage = chunk["usage"];
+      continue;
+    }
+    const Json& choice = chunk["choices"][0];
+    if (i == 0) {
+      EXPECT_EQ(choice["delta"]["role"], "assistant");
+    }
+    if (choice["delta"].contains("content")) {
+      content += choice["delta"]["content"].get<std::string>();
+    }
+    if (!choice["finish_reason"].is_null()) {
+      EXPECT_FALSE(finish_reason.has_value()) << "one finish_reason";
+      finish_reason = choice["finish_reason"];
+    }
+  }
+  EXPECT_EQ(finish_reason, "length");
+  EXPECT_EQ(content, plain.json["choices"][0]["message"]["content"]);
+  ASSERT_TRUE(usage.has_value());
+  EXPECT_EQ((*usage)["completion_tokens"], 6);
+  EXPECT_EQ((*usage)["prompt_tokens"], plain.json["usage"]["prompt_tokens"]);
+}
+
+TEST_F(HttpApiTest, ChatLogprobs) {
+  Json body = ChatBody("Hi", 3);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 2;
+  const HttpReply r = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json& content = r.json["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u) << r.body;
+  for (const Json& entry : content) {
+    EXPECT_TRUE(entry["token"].is_string());
+    EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(entry["bytes"].is_array());
+    EXPECT_EQ(entry["top_logprobs"].size(), 2u);
+  }
+}
+
+TEST_F(HttpApiTest, CompletionWithLogprobs) {
+  const HttpReply r = Post(port(), "/v1/completions",
+                           {{"prompt", "Once upon a time"},
+                            {"max_tokens", 4},
+                            {"temperature", 0},
+                            {"ignore_eos", true},
+                            {"logprobs", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["object"], "text_completion");
+  EXPECT_TRUE(absl::StartsWith(r.json["id"].get<std::string>(), "cmpl-"));
+  const Json& choice = r.json["choices"][0];
+  EXPECT_TRUE(choice["text"].is_string());
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 4);
+  const Json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 4u) << r.body;
+  EXPECT_EQ(lp["token_logprobs"].size(), 4u);
+  EXPECT_EQ(lp["top_logprobs"].size(), 4u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+}
+
+TEST_F(HttpApiTest, CompletionStreamEndsWithDone) {
+  const HttpReply r = Post(port(), "/v1/completions",
+                           {{"prompt", "Once"},
+                            {"max_tokens", 3},
+                            {"temperature", 0},
+                            {"ignore_eos", true},
+                            {"stream", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<std::string> data = SseData(r.body);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  const Json last = Json::parse(data[data.size() - 2]);
+  EXPECT_EQ(last["object"], "text_completion");
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(last.contains("usage")) << "no usage chunk unless asked";
+}
+
+TEST_F(HttpApiTest, RepeatedStatelessRequestReusesTheCachedPrefix) {
+  // Three KV blocks' worth of byte tokens (--kv_block_tokens is 128): the
+  // prefix cache keeps whole blocks.
+  std::string prompt;
+  while (prompt.size() < 400) {
+    prompt += "The quick brown fox jumps over the lazy dog. ";
+  }
+  const Json body = {{"prompt", prompt},
+                     {"max_tokens", 2},
+                     {"temperature", 0},
+                     {"ignore_eos", true}};
+  const HttpReply first = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const HttpReply second = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const int prompt_tokens = second.json["usage"]["prompt_tokens"];
+  const int cached =
+      second.json["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_EQ(prompt_tokens, first.json["usage"]["prompt_tokens"].get<int>());
+  EXPECT_GT(cached, prompt_tokens / 2) << second.body;
+  EXPECT_LT(cached, prompt_tokens + 1);
+  EXPECT_EQ(first.json["choices"][0]["text"],
+            second.json["choices"][0]["text"]);
+}
+
+TEST_F(HttpApiTest, StopStringEndsTheAnswerBeforeIt) {
+  const Json body = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 16},
+                     {"temperature", 0},
+                     {"ignore_eos", true}};
+  const HttpReply free_run = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(free_run.status, 200) << free_run.body;
+  const std::string text = free_run.json["choices"][0]["text"];
+  // A stop string from the middle of the greedy answer (ASCII, so that it
+  // is whole characters).
+  std::string stop;
+  for (size_t i = 3; i + 2 <= text.size() && stop.empty(); ++i) {
+    if (static_cast<unsigned char>(text[i]) < 0x80 &&
+        static_cast<unsigned char>(text[i + 1]) < 0x80) {
+      stop = text.substr(i, 2);
+    }
+  }
+  if (stop.empty()) GTEST_SKIP() << "no ASCII pair in: " << text;
+  Json stopped = body;
+  stopped["stop"] = {stop};
+  const HttpReply r = Post(port(), "/v1/completions", stopped);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r.json["choices"][0]["text"], text.substr(0, text.find(stop)));
+}
+
+TEST_F(HttpApiTest, ErrorsHaveOpenAisShapeAndStatus) {
+  ExpectError(Curl(port(), "POST", "/v1/chat/completions",
+                   {"-H", "Content-Type: application/json", "--data-binary",
+                    "{\"messages\": [}"}),
+              400, "invalid_argument");
+  const HttpReply bad_json = Curl(port(), "POST", "/v1/chat/completions",
+                                  {"--data-binary", "{\"messages\": [}"});
+  EXPECT_TRUE(absl::StrContains(
+      bad_json.json["error"]["message"].get<std::string>(), "column"))
+      << bad_json.body;
+
+  Json unknown_model = ChatBody("x", 1);
+  unknown_model["model"] = "gpt-4o";
+  ExpectError(Post(port(), "/v1/chat/completions", unknown_model), 404,
+              "model_not_found");
+
+  Json wrong_type = ChatBody("x", 1);
+  wrong_type["max_tokens"] = "many";
+  const HttpReply typed = Post(port(), "/v1/chat/completions", wrong_type);
+  ExpectError(typed, 400, "invalid_argument");
+  EXPECT_TRUE(absl::StrContains(
+      typed.json["error"]["message"].get<std::string>(), "max_tokens"));
+
+  Json two = ChatBody("x", 1);
+  two["n"] = 2;
+  ExpectError(Post(port(), "/v1/chat/completions", two), 400,
+              "invalid_argument");
+
+  ExpectError(Curl(port(), "GET", "/v1/nothing"), 404, "not_found");
+  ExpectError(Curl(port(), "POST", "/v1/embeddings", {"--data-binary", "{}"}),
+              404, "not_found");
+
+  Json no_session = ChatBody("x", 1);
+  ExpectError(Post(port(), "/v1/chat/completions", no_session,
+                   {"-H", "x-session-id: 0123456789abcdef0123456789abcdef"}),
+              404, "not_found");
+}
+
+TEST_F(HttpApiTest, ABodyOverTheLimitIs413) {
+  ScratchDir dir;
+  const std::string file = dir.File("big.json");
+  ASSERT_TRUE(WriteTextFile(
+      file, absl::StrCat("{\"prompt\": \"", std::string(9 << 20, 'a'), "\"}")));
+  ExpectError(Curl(port(), "POST", "/v1/completions",
+                   {"-H", "Content-Type: application/json", "--data-binary",
+                    "@" + file}),
+              413, "payload_too_large");
+}
+
+TEST_F(HttpApiTest, TokenizeDetokenizeRoundTrip) {
+  const HttpReply t = Post(port(), "/tokenize",
+                           {{"content", "Hi there"}, {"with_pieces", true}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  ASSERT_EQ(t.json["tokens"].size(), 8u) << t.body;  // one token per byte
+  EXPECT_EQ(t.json["tokens"][0]["piece"], "H");
+  std::vector<int> ids;
+  for (const Json& token : t.json["tokens"]) ids.push_back(token["id"]);
+
+  const HttpReply plain = Post(port(), "/tokenize", {{"content", "Hi there"}});
+  EXPECT_EQ(plain.json["tokens"], Json(ids));
+  const HttpReply bos =
+      Post(port(), "/tokenize", {{"content", "Hi"}, {"add_special", true}});
+  EXPECT_GT(bos.json["tokens"].size(), 2u) << "BOS first";
+
+  const HttpReply d = Post(port(), "/detokenize", {{"tokens", ids}});
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.json["content"], "Hi there");
+  ExpectError(Post(port(), "/detokenize", {{"tokens", {1 << 30}}}), 400,
+              "invalid_argument");
+}
+
+TEST_F(HttpApiTest, ApplyTemplateRendersChatMl) {
+  const HttpReply r =
+      Post(port(), "/apply-template",
+           {{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(absl::StrContains(r.json["prompt"].get<std::string>(),
+                                "<|im_start|>user\nhi<|im_end|>\n"
+                                "<|im_start|>assistant\n"))
+      << r.body;
+  const HttpReply no_prompt =
+      Post(port(), "/apply-template",
+           {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+            {"add_generation_prompt", false}});
+  EXPECT_FALSE(absl::StrContains(no_prompt.json["prompt"].get<std::string>(),
+                                 "<|im_start|>assistant"));
+}
+
+TEST_F(HttpApiTest, SessionsCarryTheConversation) {
+  const HttpReply created = Post(port(), "/sessions", Json::object());
+  ASSERT_EQ(created.status, 200) << created.body;
+  const std::string id = created.json["id"];
+  ASSERT_FALSE(id.empty());
+  const std::string header = "x-session-id: " + id;
+
+  const HttpReply one = Post(port(), "/v1/chat/completions",
+                             ChatBody("My name is Ann.", 4), {"-H", header});
+  ASSERT_EQ(one.status, 200) << one.body;
+  const int one_total = one.json["usage"]["total_tokens"];
+
+  // The second turn sends only its new message.
+  const HttpReply two = Post(port(), "/v1/chat/completions",
+                             ChatBody("What is my name?", 4), {"-H", header});
+  ASSERT_EQ(two.status, 200) << two.body;
+  const int two_prompt = two.json["usage"]["prompt_tokens"];
+  EXPECT_GT(two_prompt, one_total) << "the first turn is in the context";
+  EXPECT_GE(
+      two.json["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+      one.json["usage"]["prompt_tokens"].get<int>())
+      << two.body;
+
+  // The body's session_id does the same.
+  Json three = ChatBody("And again?", 2);
+  three["session_id"] = id;
+  const HttpReply r3 = Post(port(), "/v1/chat/completions", three);
+  ASSERT_EQ(r3.status, 200) << r3.body;
+  EXPECT_GT(r3.json["usage"]["prompt_tokens"].get<int>(),
+            two.json["usage"]["total_tokens"].get<int>());
+
+  const HttpReply deleted = Curl(port(), "DELETE", "/sessions/" + id);
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(deleted.json["deleted"], true);
+  ExpectError(
+      Post(port(), "/v1/chat/completions", ChatBody("x", 1), {"-H", header}),
+      404, "not_found");
+  ExpectError(Curl(port(), "DELETE", "/sessions/" + id), 404, "not_found");
+}
+
+TEST_F(HttpApiTest, StreamingInASession) {
+  const HttpReply created = Post(port(), "/sessions", {{"ttl_seconds", 600}});
+  ASSERT_EQ(created.status, 200) << created.body;
+  Json body = ChatBody("Hi", 3);
+  body["stream"] = true;
+  body["session_id"] = created.json["id"];
+  const HttpReply r = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(SseData(r.body).back(), "[DONE]");
+}
+
+TEST_F(HttpApiTest, MetricsLabelTheHttpRoutes) {
+  ASSERT_EQ(Post(port(), "/v1/chat/completions", ChatBody("m", 1)).status, 200);
+  ASSERT_EQ(Post(port(), "/tokenize", {{"content", "m"}}).status, 200);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  std::optional<double> chat, tokenize;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::string> m =
+        HttpGet(server().metrics_port(), "/metrics");
+    ASSERT_TRUE(m.ok()) << m.status();
+    chat = MetricSum(*m, "kvserve_request_duration_seconds_count",
+                     {"method=\"POST /v1/chat/completions\"", "code=\"OK\""});
+    tokenize = MetricSum(*m, "kvserve_request_duration_seconds_count",
+                         {"method=\"POST /tokenize\""});
+    if (chat.value_or(0) >= 1 && tokenize.value_or(0) >= 1) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(chat.value_or(0), 1);
+  EXPECT_GE(tokenize.value_or(0), 1);
+}
+
+TEST_F(HttpApiTest, AClientThatLeavesAStreamCancelsItsGeneration) {
+  auto scrape = [&] {
+    absl::StatusOr<std::string> m =
+        HttpGet(server().metrics_port(), "/metrics");
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *m : std::string();
+  };
+  const std::string before = scrape();
+  const double generated0 =
+      MetricSum(before, "kvserve_generated_tokens_total").value_or(0);
+  const double cancelled0 =
+      MetricSum(before, "kvserve_request_duration_seconds_count",
+                {"method=\"POST /v1/completions\"", "code=\"CANCELLED\""})
+          .value_or(0);
+  // 1900 tokens take the built-in model about 0.5 s on one thread; curl
+  // leaves after 0.1 s.
+  constexpr int kMaxTokens = 1900;
+  Curl(port(), "POST", "/v1/completions",
+       {"--max-time", "0.1", "--data-binary",
+        Json{{"prompt", "x"},
+             {"max_tokens", kMaxTokens},
+             {"ignore_eos", true},
+             {"stream", true}}
+            .dump()});
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::string after = scrape();
+  while (MetricSum(after, "kvserve_request_duration_seconds_count",
+                   {"method=\"POST /v1/completions\"", "code=\"CANCELLED\""})
+                 .value_or(0) <= cancelled0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    after = scrape();
+  }
+  EXPECT_EQ(MetricSum(after, "kvserve_request_duration_seconds_count",
+                      {"method=\"POST /v1/completions\"", "code=\"CANCELLED\""})
+                .value_or(0),
+            cancelled0 + 1);
+  EXPECT_LT(MetricSum(after, "kvserve_generated_tokens_total").value_or(0) -
+                generated0,
+            kMaxTokens)
+      << "the generation stopped before max_tokens";
+}
+
+// A --chat_template: raise_exception is a 400 carrying its message, and
+// `tools` reach the template.
+TEST(HttpApiTemplateTest, RaiseExceptionAndTools) {
+  ScratchDir dir;
+  const std::string file = dir.File("template.jinja");
+  ASSERT_TRUE(WriteTextFile(
+      file,
+      "{% if messages[0].role != 'user' %}"
+      "{{ raise_exception('the first message must be the user\\'s') }}"
+      "{% endif %}"
+      "{% if tools %}TOOLS {{ tools | length }} {{ tools[0].function.name }}\n"
+      "{% endif %}"
+      "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+      "{% if add_generation_prompt %}[assistant] {% endif %}"));
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--http_listen=127.0.0.1:0");
+  flags.push_back("--chat_template=" + file);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = HttpPort(**server);
+  ASSERT_GT(port, 0);
+
+  const Json system_first = {
+      {"messages", {{{"role", "system"}, {"content", "s"}}}},
+      {"max_tokens", 1}};
+  for (const char* path : {"/v1/chat/completions", "/apply-template"}) {
+    const HttpReply r = Post(port, path, system_first);
+    EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+    EXPECT_EQ(r.json["error"]["message"],
+              "the first message must be the user's")
+        << path << ": " << r.body;
+  }
+
+  const Json tools = Json::parse(
+      R"([{"type": "function", "function": {"name": "get_weather",
+           "parameters": {"type": "object"}}}])");
+  const HttpReply prompt =
+      Post(port, "/apply-template",
+           {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+            {"tools", tools}});
+  ASSERT_EQ(prompt.status, 200) << prompt.body;
+  EXPECT_EQ(prompt.json["prompt"],
+            "TOOLS 1 get_weather\n[user] hi\n[assistant] ");
+
+  Json chat = ChatBody("hi", 2);
+  chat["tools"] = tools;
+  const HttpReply r = Post(port, "/v1/chat/completions", chat);
+  ASSERT_EQ(r.status, 200) << r.body;
+  // BOS and the rendering, one byte token each.
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"],
+            1 + prompt.json["prompt"].get<std::string>().size());
+}
+
+// A server with API keys: HTTP routes need `Authorization: Bearer KEY`,
+// /health does not.
+TEST(HttpApiKeysTest, BearerKeysAreRequired) {
+  ScratchDir dir;
+  const std::string keys = dir.File("keys");
+  constexpr char kKey[] = "http-key-5d41402abc4b2a76b9719d911017c592";
+  ASSERT_TRUE(
+      WriteTextFile(keys, absl::StrCat("alice ", Sha256Hex(kKey), "\n")));
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--http_listen=127.0.0.1:0");
+  flags.push_back("--api_keys_file=" + keys);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = HttpPort(**server);
+  ASSERT_GT(port, 0);
+
+  const Json body = ChatBody("x", 1);
+  HttpReply r = Post(port, "/v1/chat/completions", body);
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_EQ(r.json["error"]["type"], "authentication_error");
+  r = Post(port, "/v1/chat/completions", body,
+           {"-H", "Authorization: Bearer wrong-key"});
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_EQ(Curl(port, "GET", "/v1/models").status, 401);
+
+  const std::string auth = absl::StrCat("Authorization: Bearer ", kKey);
+  r = Post(port, "/v1/chat/completions", body, {"-H", auth});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Curl(port, "GET", "/v1/models", {"-H", auth}).status, 200);
+  EXPECT_EQ(Curl(port, "GET", "/health").status, 200);
+
+  // A session made with the key is the key owner's.
+  const HttpReply created =
+      Post(port, "/sessions", Json::object(), {"-H", auth});
+  ASSERT_EQ(created.status, 200) << created.body;
+  EXPECT_EQ(
+      Curl(port, "DELETE", "/sessions/" + created.json["id"].get<std::string>())
+          .status,
+      401);
+}
+
+// A non-loopback --http_listen without TLS is refused at start, as --listen.
+TEST(HttpApiStartupTest, NonLoopbackPlaintextIsRefused) {
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--http_listen=0.0.0.0:0");
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_FALSE(server.ok());
+  EXPECT_TRUE(absl::StrContains(server.status().message(), "--http_listen"))
+      << server.status();
+}
+
+// With --tls_cert/--tls_key the HTTP API is HTTPS with the same
+// certificate, and refuses plaintext.
+TEST(HttpApiTlsTest, ServesHttpsWithTheGrpcCertificate) {
+  ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  absl::StatusOr<CommandResult> made = RunCommand(
+      {"/bin/sh", "-c",
+       absl::StrCat(
+           "set -e; cd ", dir.path(),
+           "; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 "
+           "-nodes -keyout server.key -out server.crt -days 2 "
+           "-subj /CN=localhost -addext "
+           "subjectAltName=IP:127.0.0.1,DNS:localhost 2>/dev/null")},
+      absl::Seconds(60));
+  ASSERT_TRUE(made.ok() && made->status.success())
+      << (made.ok() ? made->err : made.status().ToString());
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--http_listen=127.0.0.1:0");
+  flags.push_back("--tls_cert=" + dir.File("server.crt"));
+  flags.push_back("--tls_key=" + dir.File("server.key"));
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = HttpPort(**server);
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(absl::StrContains((*server)->stderr_text(), "(TLS)"));
+
+  const std::string base = absl::StrCat("https://127.0.0.1:", port);
+  const HttpReply health =
+      CurlUrl("GET", base + "/health", {"--cacert", dir.File("server.crt")});
+  EXPECT_EQ(health.status, 200) << health.body;
+  const HttpReply chat = CurlUrl("POST", base + "/v1/chat/completions",
+                                 {"--cacert", dir.File("server.crt"),
+                                  "--data-binary", ChatBody("Hi", 2).dump()});
+  EXPECT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(chat.json["usage"]["completion_tokens"], 2);
+  // Plaintext gets no HTTP answer.
+  EXPECT_EQ(
+      CurlUrl("GET", absl::StrCat("http://127.0.0.1:", port, "/health")).status,
+      0);
+}
+
+}  // namespace
+}  // namespace kvserve::testing
