@@ -54,14 +54,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (options.max_batch_tokens < 1 || options.max_running < 1 ||
       options.max_queued_requests < 0 || options.kv_block_tokens < 1 ||
       options.default_max_tokens < 1 || options.kv_cache_bytes < 0 ||
+      options.max_prompt_bytes < 0 || options.max_sessions < 0 ||
+      options.max_sessions_per_owner < 0 ||
+      (options.default_ttl.has_value() &&
+       *options.default_ttl <= absl::ZeroDuration()) ||
       !(options.max_step_slowdown == 0 || options.max_step_slowdown >= 1)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "engine limits must be positive: max_batch_tokens=%d max_running=%d "
         "max_queued_requests=%d kv_block_tokens=%d kv_cache_bytes=%d "
-        "(and max_step_slowdown=%g must be 0 or at least 1)",
+        "max_prompt_bytes=%d max_sessions=%d max_sessions_per_owner=%d "
+        "default_ttl=%s (and max_step_slowdown=%g must be 0 or at least 1)",
         options.max_batch_tokens, options.max_running,
         options.max_queued_requests, options.kv_block_tokens,
-        options.kv_cache_bytes, options.max_step_slowdown));
+        options.kv_cache_bytes, options.max_prompt_bytes, options.max_sessions,
+        options.max_sessions_per_owner,
+        options.default_ttl.has_value()
+            ? absl::FormatDuration(*options.default_ttl)
+            : "none",
+        options.max_step_slowdown));
   }
   std::unique_ptr<Engine> e(new Engine(options, weights, tokenizer, observer));
   const int64_t per_token = c.KvBytesPerToken(options.kv_dtype);
@@ -93,7 +103,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                             .n_kv_heads = c.n_kv_heads,
                             .head_dim = c.head_dim},
           .vocab_size = c.vocab_size,
-          .max_context = e->max_context_},
+          .max_context = e->max_context_,
+          .session_dir_max_bytes = options.session_dir_max_bytes},
       e->sessions_.get(), e->prefix_cache_.get(),
       [e = e.get()](std::string_view message) { e->Warn(message); });
   if (!tiers.ok()) return tiers.status();
@@ -128,7 +139,11 @@ Engine::Engine(const EngineOptions& options, const ModelWeights* weights,
       tokenizer_(tokenizer),
       observer_(observer),
       max_context_(options.max_context > 0 ? options.max_context
-                                           : weights->config.context_length) {}
+                                           : weights->config.context_length),
+      max_prompt_bytes_(options.max_prompt_bytes > 0
+                            ? options.max_prompt_bytes
+                            : kPromptBytesPerToken * max_context_),
+      prep_(std::make_unique<PrepWorker>()) {}
 
 Engine::~Engine() {
   {
@@ -182,21 +197,11 @@ void Engine::Warn(std::string_view message) {
 void Engine::Submit(std::shared_ptr<GenerateCall> call) {
   // Bad arguments are reported as such, even when the queue is full.
   absl::Status rejected = ValidateGenerateParams(call->params());
+  if (rejected.ok()) rejected = CheckPromptBytes(call->params().prompt);
   if (rejected.ok()) {
     std::unique_lock<std::mutex> lock(mu_);
-    const int64_t queued = submitted_.size() + scheduler_queued_.load();
-    if (draining_ || stopping_) {
-      rejected = absl::UnavailableError("the server is shutting down");
-    } else if (queued >= options_.max_queued_requests) {
-      rejected =
-          WithReason(absl::ResourceExhaustedError(absl::StrFormat(
-                         "request queue is full: %d requests wait "
-                         "(--max_queued_requests=%d) behind at most %d running "
-                         "(--max_running=%d)",
-                         queued, options_.max_queued_requests,
-                         options_.max_running, options_.max_running)),
-                     kReasonQueueFull);
-    } else {
+    rejected = QueueStatusLocked();
+    if (rejected.ok()) {
       submitted_.emplace_back(std::move(call), absl::Now());
       lock.unlock();
       wake_.notify_one();
@@ -204,6 +209,39 @@ void Engine::Submit(std::shared_ptr<GenerateCall> call) {
     }
   }
   call->sink()->OnFinish(rejected);
+}
+
+absl::Status Engine::QueueStatusLocked() const {
+  if (draining_ || stopping_) {
+    return absl::UnavailableError("the server is shutting down");
+  }
+  const int64_t queued = submitted_.size() + scheduler_queued_.load() +
+                         preparing_.load() + creating_.load();
+  if (queued < options_.max_queued_requests) return absl::OkStatus();
+  return WithReason(
+      absl::ResourceExhaustedError(absl::StrFormat(
+          "request queue is full: %d requests wait (--max_queued_requests=%d) "
+          "behind at most %d running (--max_running=%d)",
+          queued, options_.max_queued_requests, options_.max_running,
+          options_.max_running)),
+      kReasonQueueFull);
+}
+
+absl::Status Engine::CheckPromptBytes(const Input& input) const {
+  int64_t bytes = 0;
+  if (const auto* text = std::get_if<std::string>(&input)) {
+    bytes = text->size();
+  } else if (const auto* chat = std::get_if<ChatInput>(&input)) {
+    bytes = chat->tools_json.size();
+    for (const ChatMessage& m : chat->messages) {
+      bytes += m.role.size() + m.content.size() + m.name.size() +
+               m.tool_call_id.size() + m.tool_calls_json.size();
+    }
+  }
+  if (bytes <= max_prompt_bytes_) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the prompt's text is %d bytes, more than --max_prompt_bytes=%d", bytes,
+      max_prompt_bytes_));
 }
 
 void Engine::Loop() {
@@ -243,6 +281,10 @@ void Engine::Loop() {
       next_stats_ = now + absl::Milliseconds(50);
     }
   }
+  // Inputs still being prepared come back as commands, and fail.
+  stopped_ = true;
+  prep_->Stop();
+  RunQueuedCommands();
   const absl::Status shutdown =
       absl::UnavailableError("the server is shutting down");
   for (auto& seq : scheduler_->TakeAll()) {
@@ -253,6 +295,10 @@ void Engine::Loop() {
   // the writer finishes every write, and the replies waiting for them go.
   tiers_->SnapshotAll();
   tiers_.reset();
+  RunQueuedCommands();
+}
+
+void Engine::RunQueuedCommands() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!commands_.empty()) {
     auto command = std::move(commands_.front());
@@ -265,26 +311,85 @@ void Engine::Loop() {
 
 void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   const GenerateParams& p = call->params();
-  auto fail = [&](absl::Status status) {
-    call->sink()->OnFinish(std::move(status));
-  };
-  const absl::Time now = absl::Now();
   Session* session;
   if (p.session_id.empty()) {
-    session = sessions_->Create(p.owner, std::nullopt, now);
+    session = sessions_->Create(p.owner, std::nullopt, absl::Now());
     session->ephemeral = true;
   } else {
     absl::StatusOr<Session*> found = tiers_->Find(p.session_id, p.owner);
-    if (!found.ok()) return fail(found.status());
+    if (!found.ok()) return call->sink()->OnFinish(found.status());
     session = *found;
     if (session->busy) {
-      return fail(absl::FailedPreconditionError(absl::StrFormat(
-          "session %s is busy with another Generate or Append", session->id)));
+      return call->sink()->OnFinish(absl::FailedPreconditionError(
+          absl::StrFormat("session %s is busy with another Generate or Append",
+                          session->id)));
     }
   }
-  auto drop_ephemeral = [&] {
+  // Busy while its input is prepared: nothing else changes the session.
+  session->busy = true;
+  if (std::holds_alternative<std::vector<int32_t>>(p.prompt)) {
+    return Continue(std::move(call), session->id, submitted,
+                    std::vector<int32_t>());
+  }
+  // Text is tokenized, and a conversation rendered and tokenized, on the
+  // prep thread: a long prompt does not stall the running sequences.
+  PrepTask task{.call = std::move(call),
+                .session_id = session->id,
+                .submitted = submitted,
+                .fresh = session->tokens.empty()};
+  if (const auto* chat = std::get_if<ChatInput>(&task.call->params().prompt)) {
+    task.render.messages = session->messages;
+    task.render.messages.insert(task.render.messages.end(),
+                                chat->messages.begin(), chat->messages.end());
+    task.render.add_generation_prompt = task.call->params().generate;
+    task.render.tools_json = chat->tools_json;
+  }
+  preparing_.fetch_add(1);
+  prep_->Post([this, task = std::move(task)]() mutable {
+    absl::StatusOr<std::vector<int32_t>> tokens = Prepare(task);
+    RunOnEngineThread(
+        [this, task = std::move(task), tokens = std::move(tokens)]() mutable {
+          preparing_.fetch_sub(1);
+          Continue(std::move(task.call), task.session_id, task.submitted,
+                   std::move(tokens));
+        });
+  });
+}
+
+absl::StatusOr<std::vector<int32_t>> Engine::Prepare(
+    const PrepTask& task) const {
+  const GenerateParams& p = task.call->params();
+  if (std::holds_alternative<ChatInput>(p.prompt)) {
+    absl::StatusOr<ChatPrompt> prompt =
+        RenderChatPrompt(*chat_template_, *tokenizer_, task.render);
+    if (!prompt.ok()) return prompt.status();
+    return std::move(prompt->token_ids);
+  }
+  const std::string& text = std::get<std::string>(p.prompt);
+  if (text.empty()) return std::vector<int32_t>();
+  return tokenizer_->Encode(text,
+                            EncodeOptions{.add_bos = task.fresh,
+                                          .add_dummy_prefix = task.fresh,
+                                          .parse_special = p.parse_special});
+}
+
+void Engine::Continue(std::shared_ptr<GenerateCall> call,
+                      const std::string& session_id, absl::Time submitted,
+                      absl::StatusOr<std::vector<int32_t>> prepared) {
+  const GenerateParams& p = call->params();
+  Session* session = sessions_->Get(session_id);
+  if (session == nullptr) {  // not expected: a busy session stays
+    return call->sink()->OnFinish(
+        absl::NotFoundError(absl::StrFormat("session %s is gone", session_id)));
+  }
+  session->busy = false;
+  auto fail = [&](absl::Status status) {
     if (session->ephemeral) sessions_->Delete(session->id);
+    call->sink()->OnFinish(std::move(status));
   };
+  if (stopped_)
+    return fail(absl::UnavailableError("the server is shutting down"));
+  if (!prepared.ok()) return fail(prepared.status());
 
   // The turn's new tokens: an empty session starts with BOS.
   std::vector<int32_t> input;
@@ -293,37 +398,20 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   // rendering departs from it (kept to be put back if the turn fails).
   int64_t keep = session->tokens.size();
   int64_t messages_before = -1;
-  if (const auto* text = std::get_if<std::string>(&p.prompt)) {
-    if (!text->empty()) {
-      input = tokenizer_->Encode(
-          *text, EncodeOptions{.add_bos = fresh,
-                               .add_dummy_prefix = fresh,
-                               .parse_special = p.parse_special});
-    }
-  } else if (const auto* chat = std::get_if<ChatInput>(&p.prompt)) {
-    ChatTemplateInput render;
-    render.messages = session->messages;
-    render.messages.insert(render.messages.end(), chat->messages.begin(),
-                           chat->messages.end());
-    render.add_generation_prompt = p.generate;
-    render.tools_json = chat->tools_json;
-    absl::StatusOr<ChatPrompt> prompt =
-        RenderChatPrompt(*chat_template_, *tokenizer_, render);
-    if (!prompt.ok()) {
-      drop_ephemeral();
-      return fail(prompt.status());
-    }
+  if (std::holds_alternative<ChatInput>(p.prompt)) {
+    const std::vector<int32_t>& rendered = *prepared;
     const auto diverge =
         std::mismatch(session->tokens.begin(), session->tokens.end(),
-                      prompt->token_ids.begin(), prompt->token_ids.end());
+                      rendered.begin(), rendered.end());
     keep = diverge.first - session->tokens.begin();
-    input.assign(diverge.second, prompt->token_ids.end());
+    input.assign(diverge.second, rendered.end());
     messages_before = session->messages.size();
+  } else if (std::holds_alternative<std::string>(p.prompt)) {
+    input = *std::move(prepared);
   } else {
     input = std::get<std::vector<int32_t>>(p.prompt);
     for (int32_t id : input) {
       if (id < 0 || id >= config().vocab_size) {
-        drop_ephemeral();
         return fail(absl::InvalidArgumentError(
             absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id,
                             config().vocab_size)));
@@ -337,7 +425,6 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   // Generating needs room for at least one more token.
   const int64_t total = keep + input.size();
   if (total > max_context_ || (p.generate && total == max_context_)) {
-    drop_ephemeral();
     return fail(absl::OutOfRangeError(absl::StrFormat(
         "the context is full: %d tokens in the session plus %d new %s the "
         "maximum of %d",
@@ -347,7 +434,6 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   }
   if (p.generate && total == 0) {
     // Nothing to compute logits from (a vocabulary without BOS).
-    drop_ephemeral();
     return fail(absl::InvalidArgumentError(
         "the prompt is empty and so is the session, and the vocabulary has "
         "no BOS token to start from: send at least one token"));
@@ -365,7 +451,7 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   }
   session->tokens.insert(session->tokens.end(), input.begin(), input.end());
   session->busy = true;
-  session->last_used = now;
+  session->last_used = absl::Now();
   auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
   seq->history_before = keep;
   seq->replaced = std::move(replaced);

@@ -22,13 +22,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "core/chat/chat_template.h"
 #include "core/engine/engine_observer.h"
+#include "core/engine/prep_worker.h"
 #include "core/engine/requests.h"
 #include "core/engine/scheduler.h"
 #include "core/engine/sequence.h"
@@ -55,12 +58,27 @@ struct EngineOptions {
   int max_queued_requests = 256;
   int threads = 0;  // OpenMP threads of the engine thread; 0: all cores
   int default_max_tokens = 256;
+  // Text bytes of a request's prompt (text, or a chat turn's messages and
+  // tools); 0: kPromptBytesPerToken per token of the context.
+  int64_t max_prompt_bytes = 0;
+  // Sessions (ephemeral ones not counted), in all and per owner; 0: no
+  // limit of its own (max_sessions_per_owner is then max_sessions).
+  int max_sessions = 10000;
+  int max_sessions_per_owner = 0;
+  // A session created without a TTL gets this one; unset: none.
+  std::optional<absl::Duration> default_ttl;
+  // Quota on the session directory's bytes (SessionTiersOptions); 0: none.
+  int64_t session_dir_max_bytes = 0;
   // Sessions' histories and KV snapshots are kept here (created if
   // missing); empty: sessions live in memory only.
   std::string session_dir;
   // Renders chat turns (must outlive the engine); null: ChatML.
   const ChatTemplate* chat_template = nullptr;
 };
+
+// The default --max_prompt_bytes: no tokenizer makes tokens of fewer than
+// a byte, so this holds any prompt that fits the context four times over.
+inline constexpr int64_t kPromptBytesPerToken = 32;
 
 template <typename T>
 using Callback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
@@ -136,10 +154,35 @@ class Engine {
       absl::AnyInvocable<void(absl::Status) &&> then);
 
   void Loop();
-  // Resolves the call's session and appends the turn's input to its
-  // history, then queues it with the scheduler (or finishes it with the
-  // reason it cannot run).
+  // Runs the commands queued (without waiting for more).
+  void RunQueuedCommands();
+  // RESOURCE_EXHAUSTED when --max_queued_requests wait; UNAVAILABLE when
+  // draining. REQUIRES: mu_ held.
+  absl::Status QueueStatusLocked() const;
+  // INVALID_ARGUMENT naming --max_prompt_bytes for a prompt above it.
+  absl::Status CheckPromptBytes(const Input& input) const;
+  // RESOURCE_EXHAUSTED when a new session of `owner` would pass
+  // --max_sessions or --max_sessions_per_owner.
+  absl::Status CheckSessionLimits(std::string_view owner);
+
+  // A request's input on its way to the prep thread.
+  struct PrepTask {
+    std::shared_ptr<GenerateCall> call;
+    std::string session_id;
+    absl::Time submitted;
+    bool fresh = false;          // the session is empty: BOS, dummy prefix
+    ChatTemplateInput render{};  // a chat turn: the whole conversation
+  };
+  // Resolves the call's session and marks it busy; its text is tokenized
+  // (or its conversation rendered) on the prep thread, then Continue runs.
   void Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted);
+  // On the prep thread: the text's tokens, or the whole rendering's.
+  absl::StatusOr<std::vector<int32_t>> Prepare(const PrepTask& task) const;
+  // Appends the turn's input to the session's history and queues it with
+  // the scheduler (or finishes it with the reason it cannot run).
+  void Continue(std::shared_ptr<GenerateCall> call,
+                const std::string& session_id, absl::Time submitted,
+                absl::StatusOr<std::vector<int32_t>> prepared);
   // One step: plan, forward, sample and emit, retire.
   void Step();
   // Appends a sampled token to the history and streams it; returns how the
@@ -165,6 +208,9 @@ class Engine {
   const Tokenizer* const tokenizer_;
   EngineObserver* const observer_;
   int max_context_ = 0;
+  int64_t max_prompt_bytes_ = 0;
+  std::unique_ptr<PrepWorker> prep_;
+  bool stopped_ = false;                  // the loop ended (engine thread)
   std::unique_ptr<ChatTemplate> chatml_;  // when options_ has no template
   const ChatTemplate* chat_template_ = nullptr;
 
@@ -191,6 +237,10 @@ class Engine {
   // The scheduler's num_queued() as of the engine thread's last look; with
   // submitted_ it is what --max_queued_requests limits.
   std::atomic<int64_t> scheduler_queued_{0};
+  // Requests whose input the prep thread holds, and CreateSessions whose
+  // initial prefill is not queued yet: they wait like the others.
+  std::atomic<int64_t> preparing_{0};
+  std::atomic<int64_t> creating_{0};
 
   std::atomic<std::thread::id> engine_thread_;  // set first thing in Loop()
   std::thread thread_;

@@ -30,6 +30,14 @@ absl::Status SessionGone(std::string_view id) {
       "session %s was deleted while its log was being written", id));
 }
 
+// A new session whose log could not be written (a full disk, say): it is
+// not kept, and the client may retry (UNAVAILABLE, as for a turn).
+absl::Status NotDurable(std::string_view id, const absl::Status& logged) {
+  return absl::UnavailableError(absl::StrFormat(
+      "session %s could not be made durable, so it was not created: %s", id,
+      logged.message()));
+}
+
 }  // namespace
 
 SessionTiers::Done Engine::OnEngineThread(
@@ -60,11 +68,53 @@ SessionInfo Engine::Describe(const Session& s, bool include_tokens) const {
   return info;
 }
 
+absl::Status Engine::CheckSessionLimits(std::string_view owner) {
+  int64_t total = 0, owned = 0;
+  sessions_->ForEach([&](const Session& s) {
+    if (s.ephemeral) return;
+    ++total;
+    if (s.owner == owner) ++owned;
+  });
+  if (options_.max_sessions > 0 && total >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d sessions exist, the most this server keeps (--max_sessions=%d): "
+        "delete some, or give them a TTL",
+        total, options_.max_sessions));
+  }
+  if (options_.max_sessions_per_owner > 0 &&
+      owned >= options_.max_sessions_per_owner) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "this owner has %d sessions, the most one owner may keep "
+        "(--max_sessions_per_owner=%d)",
+        owned, options_.max_sessions_per_owner));
+  }
+  return absl::OkStatus();
+}
+
 void Engine::CreateSession(CreateSessionParams params,
                            Callback<SessionInfo> done) {
-  Post([this, params = std::move(params),
-        done = std::move(done)](absl::Status accepted) mutable {
+  // An initial prefill is a request like any other: it waits in the same
+  // queue, under the same limits.
+  const auto* text = std::get_if<std::string>(&params.initial);
+  std::shared_ptr<void> slot;
+  if (text == nullptr || !text->empty()) {
+    absl::Status rejected = CheckPromptBytes(params.initial);
+    if (rejected.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      rejected = QueueStatusLocked();
+      if (rejected.ok()) creating_.fetch_add(1);
+    }
+    if (!rejected.ok()) return std::move(done)(rejected);
+    slot = std::shared_ptr<void>(nullptr,
+                                 [this](void*) { creating_.fetch_sub(1); });
+  }
+  if (!params.ttl.has_value()) params.ttl = options_.default_ttl;
+  Post([this, params = std::move(params), done = std::move(done),
+        slot = std::move(slot)](absl::Status accepted) mutable {
     if (!accepted.ok()) return std::move(done)(accepted);
+    if (absl::Status full = CheckSessionLimits(params.owner); !full.ok()) {
+      return std::move(done)(full);
+    }
     Session* s = nullptr;
     if (params.id.empty()) {
       s = sessions_->Create(params.owner, params.ttl, absl::Now());
@@ -80,13 +130,15 @@ void Engine::CreateSession(CreateSessionParams params,
     }
     tiers_->StartLog(*s, OnEngineThread([this, id = s->id,
                                          params = std::move(params),
-                                         done = std::move(done)](
+                                         done = std::move(done),
+                                         slot = std::move(slot)](
                                             absl::Status logged) mutable {
       Session* s = sessions_->Get(id);
       if (s == nullptr) return std::move(done)(SessionGone(id));
       if (!logged.ok()) {
         sessions_->Delete(id);
-        return std::move(done)(logged);
+        tiers_->Remove(id);
+        return std::move(done)(NotDurable(id, logged));
       }
       const auto* text = std::get_if<std::string>(&params.initial);
       if (text != nullptr && text->empty()) {
@@ -173,8 +225,12 @@ void Engine::ForkSession(std::string id, std::string owner,
     if (!accepted.ok()) return std::move(done)(accepted);
     absl::StatusOr<Session*> parent = tiers_->Find(id, owner);
     if (!parent.ok()) return std::move(done)(parent.status());
-    Session* child = sessions_->Create(
-        (*parent)->owner, ttl.has_value() ? ttl : (*parent)->ttl, absl::Now());
+    if (absl::Status full = CheckSessionLimits((*parent)->owner); !full.ok()) {
+      return std::move(done)(full);
+    }
+    if (!ttl.has_value()) ttl = (*parent)->ttl;
+    if (!ttl.has_value()) ttl = options_.default_ttl;
+    Session* child = sessions_->Create((*parent)->owner, ttl, absl::Now());
     child->tokens = (*parent)->tokens;
     child->messages = (*parent)->messages;
     child->kv = (*parent)->kv.Fork();
@@ -186,7 +242,8 @@ void Engine::ForkSession(std::string id, std::string owner,
           if (child == nullptr) return std::move(done)(SessionGone(child_id));
           if (!logged.ok()) {
             sessions_->Delete(child_id);
-            return std::move(done)(logged);
+            tiers_->Remove(child_id);
+            return std::move(done)(NotDurable(child_id, logged));
           }
           std::move(done)(Describe(*child, false));
         }));
