@@ -101,6 +101,12 @@ absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(
     return absl::InvalidArgumentError(absl::StrFormat(
         "ttl_seconds must be positive when set, got %d", ttl_seconds));
   }
+  if (ttl_seconds > kMaxTtlSeconds) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ttl_seconds must be at most %d (100 years; unset means no TTL), got "
+        "%d",
+        kMaxTtlSeconds, ttl_seconds));
+  }
   return absl::Seconds(ttl_seconds);
 }
 

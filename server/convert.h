@@ -1,10 +1,12 @@
 // Conversions between the API's protobuf messages and core's plain types.
 // They check only what core has no rule for: the number and length of stop
-// strings and the sign of a TTL (INVALID_ARGUMENT). The ranges of
+// strings and the range of a TTL (INVALID_ARGUMENT). The ranges of
 // max_tokens and the sampling parameters are the engine's to check
 // (ValidateGenerateParams, core/engine/engine.h), when the request runs.
 #ifndef KVSERVE_SERVER_CONVERT_H_
 #define KVSERVE_SERVER_CONVERT_H_
+
+#include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "core/engine/engine.h"
@@ -22,7 +24,14 @@ Input FromProto(const v1::Input& input);
 absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
                                          int default_max_tokens);
 
-// nullopt when unset (no TTL); INVALID_ARGUMENT when set and not positive.
+// The longest TTL: 100 years of 365 days. Longer ones are refused, not
+// clamped, so that a session never comes back with a TTL other than the one
+// it was given (the session log keeps it as int64 nanoseconds, which end at
+// 292 years).
+inline constexpr int64_t kMaxTtlSeconds = int64_t{100} * 365 * 24 * 3600;
+
+// nullopt when unset (no TTL); INVALID_ARGUMENT when set and not positive,
+// or above kMaxTtlSeconds.
 absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(bool has_ttl,
                                                            int64_t ttl_seconds);
 

@@ -8,6 +8,11 @@
 // The check sits here, not in a server-wide interceptor, so that
 // grpc.health.v1 and reflection (probes, generic tools) need no key.
 //
+// Session ids are checked here: looking up one that cannot name a session
+// is NOT_FOUND like any unknown id, and no message repeats more than 64
+// bytes of what a client sent (QuoteClientText, status.h). A Generate whose
+// client stops reading is cancelled by the StreamWatchdog.
+//
 // Thread-safety: methods run on gRPC's threads and never block; results
 // arrive on the engine thread.
 #ifndef KVSERVE_SERVER_INFERENCE_SERVICE_H_
@@ -20,13 +25,45 @@
 #include "core/engine/engine.h"
 #include "core/model/weights.h"
 #include "core/tokenizer/tokenizer.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/stream_watchdog.h"
 
 namespace kvserve {
 
-class InferenceService final : public v1::Inference::CallbackService {
+// Base<Raw...>: Base with every method in Raw... raw (ByteBuffer in and
+// out), as First<Second<...<Base>>>. On v1::Inference::Service, with every
+// method raw, none is synchronous.
+template <typename Base, template <typename> class... Raw>
+struct WithRawMethods {
+  using type = Base;
+};
+template <typename Base, template <typename> class First,
+          template <typename> class... Rest>
+struct WithRawMethods<Base, First, Rest...> {
+  using type = First<typename WithRawMethods<Base, Rest...>::type>;
+};
+
+// Every method is raw (raw_request.h): gRPC's own parse would answer a
+// request with a string field that is not UTF-8 UNIMPLEMENTED, without
+// naming the field.
+using RawInferenceService = WithRawMethods<
+    v1::Inference::Service, v1::Inference::WithRawCallbackMethod_GetModelInfo,
+    v1::Inference::WithRawCallbackMethod_CreateSession,
+    v1::Inference::WithRawCallbackMethod_GetSession,
+    v1::Inference::WithRawCallbackMethod_ListSessions,
+    v1::Inference::WithRawCallbackMethod_DeleteSession,
+    v1::Inference::WithRawCallbackMethod_ForkSession,
+    v1::Inference::WithRawCallbackMethod_TruncateSession,
+    v1::Inference::WithRawCallbackMethod_Append,
+    v1::Inference::WithRawCallbackMethod_Generate,
+    v1::Inference::WithRawCallbackMethod_Tokenize,
+    v1::Inference::WithRawCallbackMethod_Detokenize,
+    v1::Inference::WithRawCallbackMethod_ApplyChatTemplate>::type;
+
+class InferenceService final : public RawInferenceService {
  public:
   // REQUIRES: every argument outlives the service.
   // chat_template_origin: ModelInfo.chat_template ("gguf", "file",
@@ -35,54 +72,57 @@ class InferenceService final : public v1::Inference::CallbackService {
                    const Tokenizer* tokenizer,
                    const ChatTemplate* chat_template,
                    std::string chat_template_origin, Metrics* metrics,
-                   const Authenticator* auth);
+                   const Authenticator* auth,
+                   const StreamWatchdog::Options& streams = {});
 
+  // Each request is the method's kvserve.v1 request message and each
+  // response its response message, serialized.
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
-                                         const v1::GetModelInfoRequest* request,
-                                         v1::ModelInfo* response) override;
-  grpc::ServerUnaryReactor* CreateSession(
-      grpc::CallbackServerContext* context,
-      const v1::CreateSessionRequest* request, v1::Session* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
-                                       const v1::GetSessionRequest* request,
-                                       v1::Session* response) override;
-  grpc::ServerUnaryReactor* ListSessions(
-      grpc::CallbackServerContext* context,
-      const v1::ListSessionsRequest* request,
-      v1::ListSessionsResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteSession(
-      grpc::CallbackServerContext* context,
-      const v1::DeleteSessionRequest* request,
-      v1::DeleteSessionResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
-                                        const v1::ForkSessionRequest* request,
-                                        v1::Session* response) override;
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* TruncateSession(
-      grpc::CallbackServerContext* context,
-      const v1::TruncateSessionRequest* request,
-      v1::Session* response) override;
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Append(grpc::CallbackServerContext* context,
-                                   const v1::AppendRequest* request,
-                                   v1::AppendResponse* response) override;
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(
       grpc::CallbackServerContext* context,
-      const v1::GenerateRequest* request) override;
+      const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
-  grpc::ServerUnaryReactor* Detokenize(
-      grpc::CallbackServerContext* context,
-      const v1::DetokenizeRequest* request,
-      v1::DetokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ApplyChatTemplate(
-      grpc::CallbackServerContext* context,
-      const v1::ApplyChatTemplateRequest* request,
-      v1::ApplyChatTemplateResponse* response) override;
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
 
  private:
+  // The caller; INVALID_ARGUMENT for an owner label over 256 bytes.
   absl::StatusOr<Caller> Authenticate(
       const grpc::CallbackServerContext* context,
       std::string_view requested_owner) const;
+  // A Generate's parameters from its request bytes.
+  absl::StatusOr<GenerateParams> GenerateParamsFrom(
+      const grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer& request) const;
 
   Engine* engine_;
   const ModelWeights* weights_;
@@ -91,6 +131,7 @@ class InferenceService final : public v1::Inference::CallbackService {
   const std::string chat_template_origin_;
   Metrics* metrics_;
   const Authenticator* auth_;
+  StreamWatchdog streams_;
 };
 
 }  // namespace kvserve

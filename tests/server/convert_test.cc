@@ -1,6 +1,7 @@
 #include "server/convert.h"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -161,6 +162,26 @@ TEST(TtlFromProtoTest, UnsetPositiveAndInvalid) {
     ttl = TtlFromProto(true, bad);
     EXPECT_EQ(ttl.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(ttl.status().message(), HasSubstr("ttl_seconds"));
+    EXPECT_THAT(ttl.status().message(), HasSubstr(std::to_string(bad)));
+  }
+}
+
+TEST(TtlFromProtoTest, HundredYearsAtMost) {
+  // 100 years is kept exactly; one second more, or INT64_MAX (once stored
+  // as saturated nanoseconds: 9223372036 s after a restart), is refused
+  // naming the limit.
+  absl::StatusOr<std::optional<absl::Duration>> ttl =
+      TtlFromProto(true, kMaxTtlSeconds);
+  ASSERT_TRUE(ttl.ok());
+  EXPECT_EQ(**ttl, absl::Seconds(int64_t{100} * 365 * 86400));
+  EXPECT_LT(absl::ToInt64Nanoseconds(**ttl),
+            std::numeric_limits<int64_t>::max());
+
+  for (int64_t bad :
+       {kMaxTtlSeconds + 1, std::numeric_limits<int64_t>::max()}) {
+    ttl = TtlFromProto(true, bad);
+    EXPECT_EQ(ttl.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(ttl.status().message(), HasSubstr("at most 3153600000"));
     EXPECT_THAT(ttl.status().message(), HasSubstr(std::to_string(bad)));
   }
 }

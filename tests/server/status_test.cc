@@ -91,5 +91,23 @@ TEST(GrpcCodeNameTest, EveryCodeByItsName) {
   }
 }
 
+TEST(QuoteClientTextTest, ShortTextIsQuotedAndEscaped) {
+  EXPECT_EQ(QuoteClientText(""), "\"\"");
+  EXPECT_EQ(QuoteClientText("abc"), "\"abc\"");
+  EXPECT_EQ(QuoteClientText("a\"b\n\xff"), "\"a\\\"b\\n\\xff\"");
+}
+
+TEST(QuoteClientTextTest, LongTextKeepsSixtyFourBytes) {
+  const std::string id(1 << 20, 'x');
+  const std::string quoted = QuoteClientText(id);
+  EXPECT_EQ(quoted, "\"" + std::string(kMaxQuotedClientBytes, 'x') + "…\"");
+  // Exactly the limit is not truncated.
+  EXPECT_EQ(QuoteClientText(std::string(kMaxQuotedClientBytes, 'y')),
+            "\"" + std::string(kMaxQuotedClientBytes, 'y') + "\"");
+  // Escaping comes after the cut: 64 bytes of binary are 256 characters.
+  EXPECT_EQ(QuoteClientText(std::string(100, '\x01')).size(),
+            2 + 4 * kMaxQuotedClientBytes + std::string("…").size());
+}
+
 }  // namespace
 }  // namespace kvserve
