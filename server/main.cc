@@ -5,12 +5,15 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -72,6 +75,11 @@ ABSL_FLAG(int32_t, max_context, 0,
           "longest session in tokens; 0 = the model's context length");
 ABSL_FLAG(std::string, session_dir, "",
           "directory for session snapshots (created if missing)");
+ABSL_FLAG(int64_t, session_dir_max_bytes, 0,
+          "quota on the bytes of --session_dir's logs and snapshots: past it "
+          "idle sessions' snapshots (least recently used first), then "
+          "expired sessions go, and new sessions are refused with "
+          "RESOURCE_EXHAUSTED; 0 = no quota");
 ABSL_FLAG(int32_t, max_batch_tokens, 512, "tokens per engine step");
 ABSL_FLAG(double, max_step_slowdown, 2.0,
           "while sequences decode, prefill chunks are sized so a step takes "
@@ -80,10 +88,26 @@ ABSL_FLAG(int32_t, max_queued_requests, 256,
           "requests waiting for admission before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_running, 64, "sequences decoding together");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all cores");
+ABSL_FLAG(int64_t, max_prompt_bytes, 0,
+          "the most text bytes one request's prompt may carry (text, or a "
+          "chat turn's messages and tools); 0 = 32 per token of context");
+ABSL_FLAG(int32_t, max_sessions, 10000,
+          "the most sessions kept (ephemeral ones not counted); new ones are "
+          "refused with RESOURCE_EXHAUSTED; 0 = no limit");
+ABSL_FLAG(int32_t, max_sessions_per_owner, 0,
+          "the most sessions one owner keeps; 0 = only --max_sessions");
+ABSL_FLAG(int64_t, default_ttl_seconds, 0,
+          "TTL of a session created without one; 0 = none");
 ABSL_FLAG(int32_t, default_max_tokens, 256,
           "max_tokens of a Generate that sets none");
 ABSL_FLAG(double, shutdown_grace_seconds, 10,
           "on SIGTERM, how long in-flight streams may run before cancelled");
+ABSL_FLAG(int32_t, stream_write_timeout_seconds, 30,
+          "a Generate stream whose client has not read a response for this "
+          "long is cancelled and its queued responses freed; 0: never");
+ABSL_FLAG(int32_t, max_unflushed_streams, 256,
+          "streams whose generation finished while their responses wait "
+          "for the client; beyond it the oldest is cancelled; 0: no limit");
 // Security (README.md, "Security").
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve --listen over TLS (with --tls_key)");
@@ -247,6 +271,39 @@ void ReloadApiKeys(Authenticator& auth) {
   std::fflush(stderr);
 }
 
+// Runs `load` (the model's load or the engine's start: seconds for a large
+// model) on a thread of its own while this one waits for it or for SIGTERM
+// or SIGINT, which end the process at once (exit 0, as after a drain:
+// nothing is served or written yet). A SIGHUP meanwhile reloads the API
+// keys, as it does later. The new thread inherits the blocked signals.
+template <typename F>
+std::invoke_result_t<F> UnlessTerminated(const char* what, Authenticator& auth,
+                                         F load) {
+  std::optional<std::invoke_result_t<F>> result;
+  std::atomic<bool> done{false};
+  std::thread loader([&] {
+    result.emplace(load());
+    done.store(true, std::memory_order_release);
+  });
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, s);
+  const timespec poll = {.tv_sec = 0, .tv_nsec = 10'000'000};  // 10 ms
+  while (!done.load(std::memory_order_acquire)) {
+    const int signal = sigtimedwait(&signals, nullptr, &poll);
+    if (signal == SIGHUP) {
+      ReloadApiKeys(auth);
+    } else if (signal == SIGTERM || signal == SIGINT) {
+      std::fprintf(stderr, "kvserve: signal %d during %s: stopped\n", signal,
+                   what);
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+  }
+  loader.join();
+  return *std::move(result);
+}
+
 int Serve() {
   if (absl::Status s = IsaCapStatus(); !s.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", s.ToString().c_str());
@@ -268,9 +325,19 @@ int Serve() {
   }
   std::fprintf(stderr, "kvserve: %s; oneDNN ISA %s\n", CpuSummary().c_str(),
                DnnlIsaName().c_str());
-  auto model = LoadServedModel(
-      absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer),
-      absl::GetFlag(FLAGS_weight_dtype), absl::GetFlag(FLAGS_no_mmap));
+  if (absl::GetFlag(FLAGS_session_dir_max_bytes) < 0) {
+    std::fprintf(
+        stderr,
+        "kvserve: --session_dir_max_bytes=%lld must not be negative "
+        "(0: no quota)\n",
+        static_cast<long long>(absl::GetFlag(FLAGS_session_dir_max_bytes)));
+    return 2;
+  }
+  auto model = UnlessTerminated("the model load", *security->auth, [] {
+    return LoadServedModel(
+        absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer),
+        absl::GetFlag(FLAGS_weight_dtype), absl::GetFlag(FLAGS_no_mmap));
+  });
   if (!model.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", model.status().ToString().c_str());
     return 1;
@@ -321,13 +388,22 @@ int Serve() {
   options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.session_dir = absl::GetFlag(FLAGS_session_dir);
   options.chat_template = chat->chat_template.get();
+  options.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.max_sessions_per_owner = absl::GetFlag(FLAGS_max_sessions_per_owner);
+  if (const int64_t ttl = absl::GetFlag(FLAGS_default_ttl_seconds); ttl != 0) {
+    options.default_ttl = absl::Seconds(ttl);
+  }
+  options.session_dir_max_bytes = absl::GetFlag(FLAGS_session_dir_max_bytes);
 
   auto metrics = std::make_unique<Metrics>();
   metrics->SetWeightBytes(model->weights->TotalBytes());
   metrics->SetBuildInfo(KVSERVE_VERSION, KVSERVE_COMMIT,
                         IsaLevelName(EffectiveIsa()));
-  auto engine = Engine::Create(options, model->weights.get(),
-                               model->tokenizer.get(), metrics.get());
+  auto engine = UnlessTerminated("the engine's start", *security->auth, [&] {
+    return Engine::Create(options, model->weights.get(), model->tokenizer.get(),
+                          metrics.get());
+  });
   if (!engine.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", engine.status().ToString().c_str());
     return 1;
@@ -358,9 +434,13 @@ int Serve() {
   }
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  InferenceService service(engine->get(), model->weights.get(),
-                           model->tokenizer.get(), chat->chat_template.get(),
-                           chat->origin, metrics.get(), security->auth.get());
+  InferenceService service(
+      engine->get(), model->weights.get(), model->tokenizer.get(),
+      chat->chat_template.get(), chat->origin, metrics.get(),
+      security->auth.get(),
+      {.write_timeout =
+           absl::Seconds(absl::GetFlag(FLAGS_stream_write_timeout_seconds)),
+       .max_unflushed_streams = absl::GetFlag(FLAGS_max_unflushed_streams)});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

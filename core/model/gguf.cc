@@ -131,6 +131,8 @@ bool GgufValue::AsDouble(double* out) const {
 }
 
 // ------------------------------------------------------------------ parsing
+//
+// (GgufValue::array_size and Elements, which decode, follow the parser.)
 
 namespace {
 
@@ -165,14 +167,22 @@ uint64_t MinEncodedSize(GgufType t) {
 
 bool KnownValueType(uint32_t t) { return t <= 12; }
 
+// Bytes of one element of a fixed-size type; 0 for strings and arrays.
+uint64_t FixedSize(GgufType t) {
+  return t == GgufType::kString || t == GgufType::kArray ? 0
+                                                         : MinEncodedSize(t);
+}
+
 // Bounds-checked little-endian reads over the mapping. `context` says what is
 // being read ("key 'general.name'", "tensor 'output.weight'") for errors.
 class Reader {
  public:
-  Reader(const MappedFile& file) : file_(file) {}
+  explicit Reader(const MappedFile& file, uint64_t offset = 0)
+      : file_(file), off_(offset) {}
 
   uint64_t offset() const { return off_; }
   uint64_t remaining() const { return file_.size() - off_; }
+  const MappedFile& file() const { return file_; }
 
   absl::Status Error(std::string_view context, std::string_view msg) const {
     return absl::InvalidArgumentError(
@@ -194,8 +204,16 @@ class Reader {
     return absl::OkStatus();
   }
 
-  absl::Status ReadString(std::string* out, std::string_view context,
-                          std::string_view what) {
+  absl::Status Skip(uint64_t n, std::string_view context,
+                    std::string_view what) {
+    if (remaining() < n) return Truncated(context, what, n);
+    off_ += n;
+    return absl::OkStatus();
+  }
+
+  // A string's bytes, left in the mapping.
+  absl::Status ReadStringView(std::string_view* out, std::string_view context,
+                              std::string_view what) {
     uint64_t start = off_;
     uint64_t len = 0;
     if (absl::Status s = Read(&len, context, what); !s.ok()) return s;
@@ -206,8 +224,33 @@ class Reader {
                                    "only %d bytes follow",
                                    what, start, len, remaining() - 8));
     }
-    out->assign(reinterpret_cast<const char*>(file_.data() + off_), len);
+    *out = std::string_view(reinterpret_cast<const char*>(file_.data() + off_),
+                            len);
     off_ += len;
+    return absl::OkStatus();
+  }
+
+  // A string copied into memory: at most `max_len` bytes (the metadata's
+  // cap) before anything is allocated.
+  absl::Status ReadString(std::string* out, std::string_view context,
+                          std::string_view what,
+                          uint64_t max_len = UINT64_MAX) {
+    const uint64_t start = off_;
+    std::string_view view;
+    if (absl::Status s = ReadStringView(&view, context, what); !s.ok()) {
+      return s;
+    }
+    if (view.size() > max_len) {
+      off_ = start;
+      return Error(
+          context,
+          absl::StrFormat("%s at byte offset %d has %d bytes, more than the "
+                          "%d left of the cap of %d bytes on keys and string "
+                          "values held in memory",
+                          what, start, view.size(), max_len,
+                          kGgufMaxMetadataBytes));
+    }
+    out->assign(view.data(), view.size());
     return absl::OkStatus();
   }
 
@@ -216,8 +259,96 @@ class Reader {
   uint64_t off_ = 0;
 };
 
+// An array's element type and count, checked to be plausible for the
+// bytes that follow.
+absl::Status ReadArrayHeader(Reader& r, int depth, std::string_view context,
+                             GgufType* elem_type, uint64_t* count) {
+  uint64_t at = r.offset();
+  if (depth >= kMaxArrayDepth) {
+    return r.Error(context, absl::StrFormat("arrays nested deeper than %d at "
+                                            "byte offset %d",
+                                            kMaxArrayDepth, at));
+  }
+  uint32_t type = 0;
+  if (auto s = r.Read(&type, context, "array element type"); !s.ok()) {
+    return s;
+  }
+  if (!KnownValueType(type)) {
+    return r.Error(context, absl::StrFormat("array at byte offset %d has "
+                                            "unknown element type %d",
+                                            at, type));
+  }
+  if (auto s = r.Read(count, context, "array length"); !s.ok()) return s;
+  *elem_type = static_cast<GgufType>(type);
+  if (*count > r.remaining() / MinEncodedSize(*elem_type)) {
+    return r.Error(
+        context,
+        absl::StrFormat("array at byte offset %d claims %d "
+                        "%s elements but only %d bytes follow",
+                        at, *count, GgufTypeName(*elem_type), r.remaining()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SkipElements(Reader& r, GgufType type, uint64_t count, int depth,
+                          std::string_view context);
+
+// Checks the value of `type` at the reader and moves past it, holding
+// nothing in memory.
+absl::Status SkipValue(Reader& r, GgufType type, int depth,
+                       std::string_view context) {
+  switch (type) {
+    case GgufType::kString: {
+      std::string_view unused;
+      return r.ReadStringView(&unused, context, "string value");
+    }
+    case GgufType::kArray: {
+      GgufType elem_type;
+      uint64_t count = 0;
+      if (auto s = ReadArrayHeader(r, depth, context, &elem_type, &count);
+          !s.ok()) {
+        return s;
+      }
+      return SkipElements(r, elem_type, count, depth + 1, context);
+    }
+    default:
+      return SkipElements(r, type, 1, depth, context);
+  }
+}
+
+// `count` elements of `type`. REQUIRES: count was checked by ReadArrayHeader
+// (or is 1), so count * size does not overflow.
+absl::Status SkipElements(Reader& r, GgufType type, uint64_t count, int depth,
+                          std::string_view context) {
+  if (type == GgufType::kBool) {
+    const uint64_t at = r.offset();
+    if (auto s = r.Skip(count, context, "bool values"); !s.ok()) return s;
+    const uint8_t* bytes = r.file().data() + at;
+    for (uint64_t i = 0; i < count; ++i) {
+      if (bytes[i] > 1) {
+        return r.Error(context,
+                       absl::StrFormat("bool at byte offset %d has value %d",
+                                       at + i, bytes[i]));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (const uint64_t size = FixedSize(type); size > 0) {
+    return r.Skip(count * size, context,
+                  absl::StrFormat("%s value", GgufTypeName(type)));
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    if (auto s = SkipValue(r, type, depth, context); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Reads one value. Strings are copied (at most max_string bytes); arrays
+// are checked and left in the mapping (`file`, which the reader reads).
 absl::Status ReadValue(Reader& r, GgufType type, int depth,
-                       std::string_view context, GgufValue* out) {
+                       std::string_view context,
+                       const std::shared_ptr<const MappedFile>& file,
+                       GgufValue* out, uint64_t max_string = UINT64_MAX) {
   out->type = type;
   switch (type) {
     case GgufType::kUint8: {
@@ -294,53 +425,98 @@ absl::Status ReadValue(Reader& r, GgufType type, int depth,
     }
     case GgufType::kString: {
       std::string v;
-      if (auto s = r.ReadString(&v, context, "string value"); !s.ok()) {
+      if (auto s = r.ReadString(&v, context, "string value", max_string);
+          !s.ok()) {
         return s;
       }
       out->value = std::move(v);
       return absl::OkStatus();
     }
     case GgufType::kArray: {
-      uint64_t at = r.offset();
-      if (depth >= kMaxArrayDepth) {
-        return r.Error(context,
-                       absl::StrFormat("arrays nested deeper than %d at byte "
-                                       "offset %d",
-                                       kMaxArrayDepth, at));
-      }
-      uint32_t elem_type = 0;
-      uint64_t count = 0;
-      if (auto s = r.Read(&elem_type, context, "array element type"); !s.ok()) {
+      GgufArrayRef ref;
+      if (auto s =
+              ReadArrayHeader(r, depth, context, &out->array_type, &ref.count);
+          !s.ok()) {
         return s;
       }
-      if (!KnownValueType(elem_type)) {
-        return r.Error(context,
-                       absl::StrFormat("array at byte offset %d has unknown "
-                                       "element type %d",
-                                       at, elem_type));
+      ref.file_offset = r.offset();
+      if (auto s =
+              SkipElements(r, out->array_type, ref.count, depth + 1, context);
+          !s.ok()) {
+        return s;
       }
-      if (auto s = r.Read(&count, context, "array length"); !s.ok()) return s;
-      GgufType et = static_cast<GgufType>(elem_type);
-      if (count > r.remaining() / MinEncodedSize(et)) {
-        return r.Error(
-            context,
-            absl::StrFormat("array at byte offset %d claims %d "
-                            "%s elements but only %d bytes follow",
-                            at, count, GgufTypeName(et), r.remaining()));
-      }
-      out->array_type = et;
-      std::vector<GgufValue> elems(count);
-      for (uint64_t i = 0; i < count; ++i) {
-        if (auto s = ReadValue(r, et, depth + 1, context, &elems[i]); !s.ok()) {
-          return s;
-        }
-      }
-      out->value = std::move(elems);
+      ref.encoded = std::string_view(
+          reinterpret_cast<const char*>(file->data() + ref.file_offset),
+          r.offset() - ref.file_offset);
+      ref.file = file;
+      out->value = std::move(ref);
       return absl::OkStatus();
     }
   }
   return r.Error(context, "unknown value type");
 }
+
+// Calls f(element) for each element of an array, decoding a parsed one
+// from the mapping one element at a time.
+template <typename F>
+absl::Status ForEachElement(const GgufValue& v, std::string_view context, F f) {
+  if (const auto* elems = std::get_if<std::vector<GgufValue>>(&v.value)) {
+    for (const GgufValue& e : *elems) {
+      if (absl::Status s = f(e); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  const GgufArrayRef& ref = std::get<GgufArrayRef>(v.value);
+  Reader r(*ref.file, ref.file_offset);
+  GgufValue e;
+  for (uint64_t i = 0; i < ref.count; ++i) {
+    if (auto s = ReadValue(r, v.array_type, 1, context, ref.file, &e);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = f(e); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TooManyElements(std::string_view file, std::string_view key,
+                             uint64_t count, uint64_t cap) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("GGUF file %s: key '%s' is an array of %d elements, "
+                      "more than the cap of %d",
+                      file, key, count, cap));
+}
+
+}  // namespace
+
+uint64_t GgufValue::array_size() const {
+  if (const auto* ref = std::get_if<GgufArrayRef>(&value)) return ref->count;
+  return array().size();
+}
+
+absl::StatusOr<std::vector<GgufValue>> GgufValue::Elements(
+    uint64_t max_elements) const {
+  if (array_size() > max_elements) {
+    const auto* ref = std::get_if<GgufArrayRef>(&value);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GGUF array of %d %s elements%s: more than the cap of %d", array_size(),
+        GgufTypeName(array_type),
+        ref != nullptr ? absl::StrFormat(" at byte offset %d of %s",
+                                         ref->file_offset, ref->file->name())
+                       : "",
+        max_elements));
+  }
+  std::vector<GgufValue> out;
+  out.reserve(array_size());
+  absl::Status s = ForEachElement(*this, "array", [&out](const GgufValue& e) {
+    out.push_back(e);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+namespace {
 
 bool MulOverflows(int64_t a, int64_t b, int64_t* out) {
   return __builtin_mul_overflow(a, b, out);
@@ -393,6 +569,12 @@ absl::StatusOr<GgufFile> GgufFile::Parse(
                                    "(file truncated or count corrupt)",
                                    n_kv, r.remaining()));
   }
+  if (n_kv > kGgufMaxMetadataKeys) {
+    return r.Error("header",
+                   absl::StrFormat("metadata count %d at byte offset 16 is "
+                                   "more than the cap of %d keys",
+                                   n_kv, kGgufMaxMetadataKeys));
+  }
   if (n_tensors > r.remaining() / 24) {
     return r.Error("header",
                    absl::StrFormat("tensor count %d at byte offset 8 needs at "
@@ -403,11 +585,18 @@ absl::StatusOr<GgufFile> GgufFile::Parse(
   }
 
   g.keys_.reserve(n_kv);
+  // Bytes of keys (held twice: keys_ and the map) and string values.
+  uint64_t held_bytes = 0;
   for (uint64_t i = 0; i < n_kv; ++i) {
     uint64_t at = r.offset();
     std::string key;
     std::string context = absl::StrFormat("metadata entry %d", i);
-    if (auto s = r.ReadString(&key, context, "key"); !s.ok()) return s;
+    if (auto s = r.ReadString(&key, context, "key",
+                              (kGgufMaxMetadataBytes - held_bytes) / 2);
+        !s.ok()) {
+      return s;
+    }
+    held_bytes += 2 * key.size();
     context = absl::StrFormat("key '%s' (at byte offset %d)", key, at);
     uint32_t type = 0;
     uint64_t type_at = r.offset();
@@ -418,10 +607,12 @@ absl::StatusOr<GgufFile> GgufFile::Parse(
                                      type, type_at));
     }
     GgufValue value;
-    if (auto s = ReadValue(r, static_cast<GgufType>(type), 0, context, &value);
+    if (auto s = ReadValue(r, static_cast<GgufType>(type), 0, context, g.file_,
+                           &value, kGgufMaxMetadataBytes - held_bytes);
         !s.ok()) {
       return s;
     }
+    if (value.is_string()) held_bytes += value.str().size();
     if (g.metadata_.contains(key)) {
       return r.Error(context, "duplicate key");
     }
@@ -592,9 +783,16 @@ absl::StatusOr<std::vector<std::string>> GgufFile::GetStringArray(
   if (!v->is_array() || v->array_type != GgufType::kString) {
     return WrongType(name(), key, "an array of strings", *v);
   }
+  if (v->array_size() > kGgufMaxArrayElements) {
+    return TooManyElements(name(), key, v->array_size(), kGgufMaxArrayElements);
+  }
   std::vector<std::string> out;
-  out.reserve(v->array().size());
-  for (const GgufValue& e : v->array()) out.push_back(e.str());
+  out.reserve(v->array_size());
+  absl::Status s = ForEachElement(*v, key, [&out](const GgufValue& e) {
+    out.push_back(e.str());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
   return out;
 }
 
@@ -606,8 +804,17 @@ absl::StatusOr<std::vector<double>> GgufFile::GetFloatArray(
       v->array_type == GgufType::kArray || v->array_type == GgufType::kBool) {
     return WrongType(name(), key, "an array of numbers", *v);
   }
-  std::vector<double> out(v->array().size());
-  for (size_t i = 0; i < out.size(); ++i) v->array()[i].AsDouble(&out[i]);
+  if (v->array_size() > kGgufMaxArrayElements) {
+    return TooManyElements(name(), key, v->array_size(), kGgufMaxArrayElements);
+  }
+  std::vector<double> out;
+  out.reserve(v->array_size());
+  absl::Status s = ForEachElement(*v, key, [&out](const GgufValue& e) {
+    out.push_back(0);
+    e.AsDouble(&out.back());
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
   return out;
 }
 
@@ -623,12 +830,19 @@ absl::StatusOr<std::vector<int64_t>> GgufFile::GetIntArray(
   if (!v->is_array() || !integer(v->array_type)) {
     return WrongType(name(), key, "an array of integers", *v);
   }
-  std::vector<int64_t> out(v->array().size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!v->array()[i].AsInt64(&out[i])) {
+  if (v->array_size() > kGgufMaxArrayElements) {
+    return TooManyElements(name(), key, v->array_size(), kGgufMaxArrayElements);
+  }
+  std::vector<int64_t> out;
+  out.reserve(v->array_size());
+  absl::Status s = ForEachElement(*v, key, [&](const GgufValue& e) {
+    out.push_back(0);
+    if (!e.AsInt64(&out.back())) {
       return WrongType(name(), key, "an array of integers", *v);
     }
-  }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
   return out;
 }
 

@@ -4,6 +4,14 @@
 // bounds-checked; a malformed file yields an error naming the key or tensor
 // and the byte offset, never an out-of-bounds read.
 //
+// Metadata memory is bounded, whatever the file claims: arrays are checked
+// at parse time but not decoded (a GgufArrayRef points at their bytes in
+// the mapping), so an array nobody reads costs nothing; the typed array
+// getters decode at most kGgufMaxArrayElements elements; keys and string
+// values held in memory total at most kGgufMaxMetadataBytes, over at most
+// kGgufMaxMetadataKeys keys. Each cap's error names the key, its size and
+// the cap.
+//
 // Thread-safety: GgufFile is immutable after creation; safe to share across
 // threads.
 #ifndef KVSERVE_CORE_MODEL_GGUF_H_
@@ -49,13 +57,32 @@ std::string GgmlTypeName(uint32_t type);
 // Elements per block and bytes per block; false for unknown types.
 bool GgmlTypeLayout(uint32_t type, int64_t* block_elems, int64_t* block_bytes);
 
+// Caps on what parsing and the getters hold in memory. Real files stay far
+// below them: Gemma 3's vocabulary has 262144 tokens, Llama 3's 128256
+// tokens and 280147 merges; a file has a few dozen keys, and its longest
+// string is a chat template of some kilobytes.
+inline constexpr uint64_t kGgufMaxArrayElements = uint64_t{1} << 22;   // 4 Mi
+inline constexpr uint64_t kGgufMaxMetadataBytes = uint64_t{64} << 20;  // 64 MiB
+inline constexpr uint64_t kGgufMaxMetadataKeys = uint64_t{1} << 16;
+
+// A parsed array, left encoded where it lies in the file (checked, so that
+// decoding it cannot fail): GgufFile's getters and GgufValue::Elements
+// decode it on demand.
+struct GgufArrayRef {
+  uint64_t count = 0;
+  uint64_t file_offset = 0;  // of the first element
+  std::string_view encoded;  // the elements' bytes, in file's mapping
+  std::shared_ptr<const MappedFile> file;  // keeps `encoded` mapped
+};
+
 // One metadata value. Integers keep their signedness; arrays hold their
-// element type and elements (which may be arrays themselves).
+// element type and elements (which may be arrays themselves): a parsed
+// array as a GgufArrayRef, one built in memory (GgufWriter) as a vector.
 struct GgufValue {
   GgufType type = GgufType::kUint8;
   GgufType array_type = GgufType::kUint8;  // element type when type == kArray
   std::variant<uint64_t, int64_t, double, bool, std::string,
-               std::vector<GgufValue>>
+               std::vector<GgufValue>, GgufArrayRef>
       value;
 
   bool is_integer() const;
@@ -63,9 +90,17 @@ struct GgufValue {
   bool is_string() const { return std::holds_alternative<std::string>(value); }
   bool is_array() const { return type == GgufType::kArray; }
   const std::string& str() const { return std::get<std::string>(value); }
+  // REQUIRES: an array built in memory (parsed ones are GgufArrayRef).
   const std::vector<GgufValue>& array() const {
     return std::get<std::vector<GgufValue>>(value);
   }
+  // REQUIRES: is_array(). Its element count, either way.
+  uint64_t array_size() const;
+  // REQUIRES: is_array(). Its elements, decoded (nested arrays stay
+  // GgufArrayRefs); INVALID_ARGUMENT naming the count and the cap when it
+  // has more than max_elements.
+  absl::StatusOr<std::vector<GgufValue>> Elements(
+      uint64_t max_elements = kGgufMaxArrayElements) const;
   // The value as an integer, when it is one and fits in int64.
   bool AsInt64(int64_t* out) const;
   // The value as a double, for integers and floats.
@@ -105,6 +140,8 @@ class GgufFile {
 
   // Typed getters. NotFound when absent; InvalidArgument (naming the key,
   // the expected and the actual type) when of the wrong type or out of range.
+  // The array getters decode from the mapping; InvalidArgument naming the
+  // key, its element count and the cap past kGgufMaxArrayElements.
   absl::StatusOr<std::string> GetString(std::string_view key) const;
   absl::StatusOr<int64_t> GetInt(std::string_view key) const;
   absl::StatusOr<double> GetFloat(std::string_view key) const;

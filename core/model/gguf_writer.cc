@@ -60,8 +60,13 @@ void PutValue(std::string& out, const GgufValue& v) {
       break;
     case GgufType::kArray:
       Put<uint32_t>(out, static_cast<uint32_t>(v.array_type));
-      Put<uint64_t>(out, v.array().size());
-      for (const GgufValue& e : v.array()) PutValue(out, e);
+      Put<uint64_t>(out, v.array_size());
+      // A parsed array (copied from another file) is copied as encoded.
+      if (const auto* ref = std::get_if<GgufArrayRef>(&v.value)) {
+        out.append(ref->encoded);
+      } else {
+        for (const GgufValue& e : v.array()) PutValue(out, e);
+      }
       break;
   }
 }

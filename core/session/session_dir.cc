@@ -263,6 +263,22 @@ std::string SessionDir::HeaderRecord(const StoredSession& session) {
   return Record(payload);
 }
 
+int64_t SessionDir::HeaderRecordBytes(std::string_view owner, int64_t n_tokens,
+                                      absl::Span<const ChatMessage> messages) {
+  // [u32 size][u64 hash], then magic, owner, TTL, create time, tokens and
+  // the conversation section, as HeaderRecord writes them.
+  int64_t bytes = 12 + (sizeof(kLogMagic) - 1) + 8 + owner.size() + 8 + 8 + 8 +
+                  4 * n_tokens;
+  if (!messages.empty()) {
+    bytes += 16;
+    for (const ChatMessage& m : messages) {
+      bytes += 5 * 8 + m.role.size() + m.content.size() + m.name.size() +
+               m.tool_call_id.size() + m.tool_calls_json.size();
+    }
+  }
+  return bytes;
+}
+
 std::string SessionDir::AppendRecord(int64_t base,
                                      absl::Span<const int32_t> tokens,
                                      int64_t message_base,
@@ -282,16 +298,20 @@ absl::StatusOr<int64_t> SessionDir::WriteRecord(std::string_view id,
         absl::StrFormat("invalid session id \"%s\"", id));
   }
   const std::string path = LogPath(id);
-  const int fd = ::open(
-      path.c_str(),
-      O_WRONLY | O_CREAT | O_CLOEXEC | (start ? O_TRUNC : O_APPEND), 0600);
+  if (start) {
+    // Never truncated in place: a crash mid-write leaves the old log (and
+    // a stray <id>.log.tmp), not an empty one.
+    if (absl::Status s = WriteFileAtomically(path, record); !s.ok()) return s;
+    return static_cast<int64_t>(record.size());
+  }
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_APPEND, 0600);
   if (fd < 0) return ErrnoError("cannot open", path);
   absl::Status s = WriteAll(fd, record, path);
   if (s.ok() && ::fsync(fd) != 0) s = ErrnoError("cannot fsync", path);
   struct stat st;
   if (s.ok() && ::fstat(fd, &st) != 0) s = ErrnoError("cannot stat", path);
   ::close(fd);
-  if (s.ok() && start) s = FsyncDir(path_);
   if (!s.ok()) return s;
   return static_cast<int64_t>(st.st_size);
 }
@@ -314,9 +334,10 @@ absl::StatusOr<int64_t> SessionDir::Append(std::string_view id, int64_t base,
 
 absl::Status SessionDir::Remove(std::string_view id) {
   if (!IsValidId(id)) return absl::OkStatus();
-  // A snapshot's temporary file too, left by a crash mid-write.
+  // The temporary files too, left by a crash mid-write.
   for (const std::string& path :
-       {LogPath(id), SnapshotPath(id), SnapshotPath(id) + ".tmp"}) {
+       {LogPath(id), LogPath(id) + ".tmp", SnapshotPath(id),
+        SnapshotPath(id) + ".tmp"}) {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
       return ErrnoError("cannot remove", path);
     }
@@ -345,6 +366,12 @@ absl::StatusOr<std::string> SessionDir::ReadSnapshot(
 bool SessionDir::HasSnapshot(std::string_view id) const {
   struct stat st;
   return IsValidId(id) && ::stat(SnapshotPath(id).c_str(), &st) == 0;
+}
+
+int64_t SessionDir::SnapshotBytes(std::string_view id) const {
+  struct stat st;
+  if (!IsValidId(id) || ::stat(SnapshotPath(id).c_str(), &st) != 0) return -1;
+  return st.st_size;
 }
 
 void SessionDir::RemoveSnapshot(std::string_view id) {

@@ -9,6 +9,9 @@
 //             stops at the first torn or corrupt record, so a crash mid-append
 //             loses only that append. Every append is fsynced before it
 //             returns.
+//             A log is rewritten as one header record (compacted) by
+//             writing <id>.log.tmp, fsyncing it and renaming it over the
+//             log, so a crash mid-rewrite leaves the old log intact.
 //   <id>.kv   a KV snapshot (KvSnapshot), written to <id>.kv.tmp, fsynced
 //             and renamed over the old one.
 //
@@ -58,6 +61,10 @@ class SessionDir {
   // The log records Create and Append write, encoded; a log grows by
   // exactly its records' sizes, so a writer can know the size it will have.
   static std::string HeaderRecord(const StoredSession& session);
+  // HeaderRecord(session).size() for a session with this owner, this many
+  // tokens and these messages, without encoding it.
+  static int64_t HeaderRecordBytes(std::string_view owner, int64_t n_tokens,
+                                   absl::Span<const ChatMessage> messages);
   // message_base >= 0 adds the conversation section ("keep the first
   // message_base messages, then `messages`").
   static std::string AppendRecord(int64_t base,
@@ -65,8 +72,10 @@ class SessionDir {
                                   int64_t message_base = -1,
                                   absl::Span<const ChatMessage> messages = {});
   // Writes an encoded record and fsyncs it: `start` replaces the log with
-  // it (and fsyncs the directory), otherwise it is appended. Returns the
-  // log's size in bytes.
+  // it atomically (written to <id>.log.tmp, fsynced, renamed over the log,
+  // the directory fsynced: a crash leaves the old log or the new one, never
+  // a truncated one), otherwise it is appended. Returns the log's size in
+  // bytes.
   absl::StatusOr<int64_t> WriteRecord(std::string_view id,
                                       std::string_view record, bool start);
 
@@ -80,7 +89,7 @@ class SessionDir {
   // The log's size in bytes, or -1 when there is none. Another process
   // sharing the directory (a replica) that appended changes it.
   int64_t LogSize(std::string_view id) const;
-  // Deletes the log and any snapshot (and its temporary file).
+  // Deletes the log and any snapshot (and their temporary files).
   absl::Status Remove(std::string_view id);
 
   // Replaces the session's KV snapshot atomically (a temporary file, fsync,
@@ -90,6 +99,8 @@ class SessionDir {
   absl::StatusOr<std::string> ReadSnapshot(std::string_view id) const;
   // Whether a snapshot file exists (a stat: nothing is read).
   bool HasSnapshot(std::string_view id) const;
+  // The snapshot's size in bytes (a stat), or -1 when there is none.
+  int64_t SnapshotBytes(std::string_view id) const;
   // Deletes the snapshot, if any (it no longer matches the history).
   void RemoveSnapshot(std::string_view id);
   // Replays a log. NOT_FOUND when there is none; DATA_LOSS when even its

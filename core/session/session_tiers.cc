@@ -34,6 +34,12 @@ namespace {
 // build does not alias to std::string_view.
 absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
+// A log is compacted (rewritten as one header record) when appending would
+// make it more than twice the header's size and more than this: below one
+// file-system block a rewrite frees no disk space, and it costs a directory
+// fsync more than an append.
+constexpr int64_t kCompactionMinBytes = 4096;
+
 // One write for the writer thread.
 struct Write {
   enum class Kind { kLog, kSnapshot, kRemoveSnapshot, kRemove, kBarrier };
@@ -235,6 +241,7 @@ struct SessionTiers::Impl {
     uint64_t log_start = 0;       // ticket of the write that (re)started it
     uint64_t last_log_write = 0;  // ticket of the newest log write
     bool has_snapshot = false;    // on disk, or queued
+    int64_t snapshot_bytes = 0;   // its size (0 without one)
     int64_t snapshot_positions = -1;  // of the history held; -1: unknown
     // The bytes of a snapshot queued and not written yet (the writer holds
     // the only reference until then).
@@ -306,6 +313,14 @@ struct SessionTiers::Impl {
         base, absl::MakeConstSpan(s.tokens).subspan(base), message_base,
         absl::MakeConstSpan(s.messages)
             .subspan(std::max<int64_t>(0, message_base)));
+    // Truncations (and many small turns) leave records that no longer hold
+    // live content: past twice a fresh header, the log is rewritten as one.
+    const int64_t compacted =
+        SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), s.messages);
+    const int64_t appended = d.log_bytes + static_cast<int64_t>(record.size());
+    if (appended > 2 * compacted && appended > kCompactionMinBytes) {
+      return QueueLogStart(s, d, warn_on_failure, std::move(done));
+    }
     d.logged_tokens = s.tokens.size();
     d.logged_messages = messages;
     d.log_bytes += record.size();
@@ -350,7 +365,13 @@ struct SessionTiers::Impl {
     auto bytes = std::make_shared<const std::string>(
         EncodeKvSnapshot(options.snapshot_key,
                          absl::MakeConstSpan(s.tokens).first(n), s.kv.table));
+    // Over the quota the KV is not kept on disk (it is re-prefilled from
+    // the history); a smaller snapshot already there stays.
+    if (!MakeRoom(static_cast<int64_t>(bytes->size()) - d.snapshot_bytes, &s)) {
+      return;
+    }
     d.has_snapshot = true;
+    d.snapshot_bytes = bytes->size();
     d.snapshot_positions = n;
     d.unwritten_snapshot = bytes;
     writer->Enqueue(Write{.kind = Write::Kind::kSnapshot,
@@ -360,6 +381,7 @@ struct SessionTiers::Impl {
 
   void DropSnapshot(const Session& s, Durability& d) {
     d.has_snapshot = false;
+    d.snapshot_bytes = 0;
     d.snapshot_positions = -1;
     d.unwritten_snapshot.reset();
     writer->Enqueue(Write{.kind = Write::Kind::kRemoveSnapshot, .id = s.id});
@@ -386,10 +408,12 @@ struct SessionTiers::Impl {
     s->tokens = std::move(stored->tokens);
     s->messages = std::move(stored->messages);
     Durability& d = durable[s->id];
+    const int64_t snapshot_bytes = dir->SnapshotBytes(s->id);
     d = Durability{.logged_tokens = static_cast<int64_t>(s->tokens.size()),
                    .logged_messages = static_cast<int64_t>(s->messages.size()),
                    .log_bytes = stored->log_bytes,
-                   .has_snapshot = dir->HasSnapshot(s->id)};
+                   .has_snapshot = snapshot_bytes >= 0,
+                   .snapshot_bytes = std::max<int64_t>(0, snapshot_bytes)};
     RewriteDamagedTail(*s, d, *stored);
     return s;
   }
@@ -436,10 +460,95 @@ struct SessionTiers::Impl {
     d.logged_tokens = s.tokens.size();
     d.logged_messages = s.messages.size();
     d.log_bytes = stored->log_bytes;
-    d.has_snapshot = !d.unwritten_snapshot.expired() || dir->HasSnapshot(s.id);
+    if (d.unwritten_snapshot.expired()) {
+      const int64_t snapshot_bytes = dir->SnapshotBytes(s.id);
+      d.has_snapshot = snapshot_bytes >= 0;
+      d.snapshot_bytes = std::max<int64_t>(0, snapshot_bytes);
+    }
     d.snapshot_positions = -1;
     RewriteDamagedTail(s, d, *stored);
     return true;
+  }
+
+  // The bytes of the logs and snapshots of the sessions this process knows,
+  // once their queued writes are done.
+  int64_t DirectoryBytes() const {
+    int64_t bytes = 0;
+    for (const auto& [id, d] : durable) bytes += d.log_bytes + d.snapshot_bytes;
+    return bytes;
+  }
+
+  // Whether `bytes` more fit under the quota, after evicting what the
+  // directory holds that is not needed: first the snapshots of idle
+  // sessions used less recently than `for_session` (all, when null), least
+  // recently used first (their KV is re-prefilled on use); then expired
+  // sessions (idle past their TTL, not yet swept), longest expired first.
+  // Never evicts for_session.
+  bool MakeRoom(int64_t bytes, const Session* for_session) {
+    const int64_t quota = options.session_dir_max_bytes;
+    if (quota <= 0) return true;
+    int64_t used = DirectoryBytes();
+    if (used + bytes <= quota) return true;
+    std::vector<Session*> snapshots, expired;
+    const absl::Time now = absl::Now();
+    store->ForEach([&](Session& s) {
+      const Durability* d = DurabilityOf(s.id);
+      if (s.busy || &s == for_session || d == nullptr) return;
+      if (s.ttl.has_value() && now - s.last_used > *s.ttl) {
+        expired.push_back(&s);
+      } else if (d->has_snapshot && (for_session == nullptr ||
+                                     s.last_used < for_session->last_used)) {
+        snapshots.push_back(&s);
+      }
+    });
+    auto least_recently_used = [](const Session* a, const Session* b) {
+      return a->last_used < b->last_used;
+    };
+    std::sort(snapshots.begin(), snapshots.end(), least_recently_used);
+    for (Session* s : snapshots) {
+      Durability& d = *DurabilityOf(s->id);
+      used -= d.snapshot_bytes;
+      DropSnapshot(*s, d);
+      if (used + bytes <= quota) return true;
+    }
+    std::sort(expired.begin(), expired.end(),
+              [](const Session* a, const Session* b) {
+                return a->last_used + *a->ttl < b->last_used + *b->ttl;
+              });
+    for (Session* s : expired) {
+      const Durability& d = *DurabilityOf(s->id);
+      used -= d.log_bytes + d.snapshot_bytes;
+      const std::string id = s->id;
+      durable.erase(AbslView(id));
+      writer->EnqueueRemove(id, nullptr);
+      store->Delete(id);
+      if (used + bytes <= quota) return true;
+    }
+    return false;
+  }
+
+  // After a log grew: evicts what it can to get back under the quota; live
+  // sessions' logs are never refused a turn (it has been computed and
+  // streamed), so past that the operator is warned, once per crossing.
+  void EnforceQuota(const Session& s) {
+    const int64_t quota = options.session_dir_max_bytes;
+    if (quota <= 0) return;
+    if (MakeRoom(0, &s)) {
+      over_quota_warned = false;
+      return;
+    }
+    if (over_quota_warned) return;
+    over_quota_warned = true;
+    warn(std::string(QuotaExceeded().message()));
+  }
+
+  absl::Status QuotaExceeded() const {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the session directory is over its quota (--session_dir_max_bytes=%d):"
+        " its live sessions' logs hold %d bytes with every idle session's KV "
+        "snapshot and every expired session evicted; delete sessions, give "
+        "them a TTL, or raise the limit",
+        options.session_dir_max_bytes, DirectoryBytes()));
   }
 
   const SessionTiersOptions options;
@@ -450,6 +559,7 @@ struct SessionTiers::Impl {
   absl::flat_hash_map<std::string, Durability> durable;
   // Declared after dir: destroyed (drained) before it.
   std::unique_ptr<Writer> writer;  // null: memory only
+  bool over_quota_warned = false;  // since the directory last fit its quota
 };
 
 absl::StatusOr<std::unique_ptr<SessionTiers>> SessionTiers::Create(
@@ -536,6 +646,13 @@ void SessionTiers::StartLog(Session& s, Done done) {
   Impl& m = *impl_;
   if (m.writer == nullptr) return std::move(done)(absl::OkStatus());
   m.RepairFailedLogs();
+  // A new session is refused, not a live one's turn: nothing is lost yet.
+  m.durable.erase(AbslView(s.id));
+  if (!m.MakeRoom(
+          SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), s.messages),
+          &s)) {
+    return std::move(done)(m.QuotaExceeded());
+  }
   Impl::Durability& d = m.durable[s.id];
   d = Impl::Durability{};
   m.QueueLogStart(s, d, /*warn_on_failure=*/false, std::move(done));
@@ -548,6 +665,7 @@ void SessionTiers::Log(Session& s, Done done) {
   Impl::Durability* d = m.DurabilityOf(s.id);
   if (d == nullptr) return std::move(done)(absl::OkStatus());
   m.LogChanges(s, *d, /*warn_on_failure=*/true, std::move(done));
+  m.EnforceQuota(s);
 }
 
 void SessionTiers::Truncate(Session& s, Done done) {
@@ -595,9 +713,18 @@ void SessionTiers::SnapshotAll() {
   Impl& m = *impl_;
   if (m.writer == nullptr) return;
   m.RepairFailedLogs();
-  m.store->ForEach([&m](Session& s) {
-    if (Impl::Durability* d = m.DurabilityOf(s.id)) m.QueueSnapshot(s, *d);
+  // By id: making room under a quota may delete expired sessions. The most
+  // recently used go first, so a quota keeps theirs.
+  std::vector<std::pair<absl::Time, std::string>> sessions;
+  m.store->ForEach([&sessions](const Session& s) {
+    sessions.emplace_back(s.last_used, s.id);
   });
+  std::sort(sessions.rbegin(), sessions.rend());
+  for (const auto& [last_used, id] : sessions) {
+    Session* s = m.store->Get(id);
+    Impl::Durability* d = m.DurabilityOf(id);
+    if (s != nullptr && d != nullptr) m.QueueSnapshot(*s, *d);
+  }
 }
 
 SnapshotRead SessionTiers::ReadSnapshot(const Session& s, int64_t limit) {

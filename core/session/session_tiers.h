@@ -31,6 +31,25 @@
 // Remove cancels the session's queued writes (their Done gets CANCELLED),
 // and until its removal is done Find does not load the session from disk.
 //
+// Compaction: a log that an append would make more than twice the size of
+// a fresh header record (and more than 4 KiB) is rewritten as that one
+// record instead, conversation included (atomically: SessionDir), so
+// truncations and many small turns do not grow it without bound.
+//
+// Quota (session_dir_max_bytes): the bytes of the logs and snapshots of the
+// sessions this process serves (files of sessions it has not loaded, say a
+// replica's, are not counted), once the queued writes are done. A write that
+// would exceed it first evicts, in this order, the KV snapshots of idle
+// sessions used less recently than the one written, least recently used
+// first (those sessions drop to the "tokens" tier), then expired sessions
+// (idle past their TTL, not yet swept: deleted, files and all), longest
+// expired first. What still does not fit: a snapshot is not written (its KV
+// is re-prefilled on use); a new session's log (StartLog) is refused with
+// RESOURCE_EXHAUSTED naming the limit; a live session's appends are written
+// anyway, with a warning once per crossing of the quota, because refusing a
+// turn that has been computed and streamed would throw it away, and a log
+// holds at most max_context tokens once compacted.
+//
 // Thread-safety: the public methods are called from one thread (the
 // engine's); the writer thread shares only state guarded by a mutex. Done
 // and Warn may run on the writer thread; they must not call back into the
@@ -59,6 +78,9 @@ struct SessionTiersOptions {
   // loaded (with a warning).
   int vocab_size = 0;
   int64_t max_context = 0;
+  // Quota on the bytes of the directory's logs and snapshots (of the
+  // sessions this process serves); 0: none. See "Quota" above.
+  int64_t session_dir_max_bytes = 0;
 };
 
 enum class Tier { kRam, kDisk, kTokens };
@@ -115,7 +137,8 @@ class SessionTiers {
   Tier TierOf(const Session& s) const;
 
   // Starts a new session's log holding s.tokens, making it durable.
-  // Without a directory, `done` runs at once with OK.
+  // Without a directory, `done` runs at once with OK. RESOURCE_EXHAUSTED
+  // (at once, nothing written) when it does not fit the quota.
   void StartLog(Session& s, Done done);
   // Appends the tokens added to s.tokens since the last Log (or since the
   // kept prefix, after a truncation). With nothing to write, `done` runs

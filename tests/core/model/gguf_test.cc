@@ -102,12 +102,17 @@ TEST(GgufTest, ReadsEveryValueTypeAndTensor) {
     const GgufValue* nested = g->Find("nested");
     ASSERT_NE(nested, nullptr);
     ASSERT_EQ(nested->array_type, GgufType::kArray);
-    ASSERT_EQ(nested->array().size(), 2u);
-    EXPECT_EQ(nested->array()[0].array_type, GgufType::kInt16);
+    ASSERT_EQ(nested->array_size(), 2u);
+    absl::StatusOr<std::vector<GgufValue>> outer = nested->Elements();
+    ASSERT_TRUE(outer.ok()) << outer.status();
+    EXPECT_EQ((*outer)[0].array_type, GgufType::kInt16);
+    absl::StatusOr<std::vector<GgufValue>> inner = (*outer)[0].Elements();
+    ASSERT_TRUE(inner.ok()) << inner.status();
     int64_t x = 0;
-    ASSERT_TRUE(nested->array()[0].array()[0].AsInt64(&x));
+    ASSERT_TRUE((*inner)[0].AsInt64(&x));
     EXPECT_EQ(x, -1);
-    EXPECT_TRUE(nested->array()[1].array().empty());
+    EXPECT_EQ((*outer)[1].array_size(), 0u);
+    EXPECT_EQ(outer->size(), 2u);
     // Keys keep file order (general.alignment is written first).
     ASSERT_EQ(g->keys().size(), 15u);
     EXPECT_EQ(g->keys()[0], "general.alignment");

@@ -169,6 +169,57 @@ TEST_F(SessionDirTest, ReplayedBytesStopAtADamagedRecord) {
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3}));
 }
 
+TEST_F(SessionDirTest, HeaderRecordBytesIsTheHeadersSize) {
+  StoredSession s = Sample();
+  EXPECT_EQ(SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), {}),
+            static_cast<int64_t>(SessionDir::HeaderRecord(s).size()));
+  s.messages = {ChatMessage{.role = "user", .content = "hello"},
+                ChatMessage{.role = "assistant",
+                            .content = "hi",
+                            .name = "n",
+                            .tool_call_id = "t",
+                            .tool_calls_json = "[]"}};
+  EXPECT_EQ(SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), s.messages),
+            static_cast<int64_t>(SessionDir::HeaderRecord(s).size()));
+}
+
+// A rewrite (compaction, repair) never truncates the log in place: a crash
+// before the rename leaves the old log whole, and a reader holding the old
+// file keeps reading it.
+TEST_F(SessionDirTest, StartingALogAgainReplacesItAtomically) {
+  ASSERT_TRUE(dir_->Create(Sample()).ok());
+  ASSERT_TRUE(dir_->Append(kId, 3, std::vector<int32_t>{4, 5}).ok());
+  const int64_t old_size = dir_->LogSize(kId);
+  const int old_fd = ::open(dir_->LogPath(kId).c_str(), O_RDONLY);
+  ASSERT_GE(old_fd, 0);
+  StoredSession compacted = Sample();
+  compacted.tokens = {1, 2, 3, 4, 5};
+  const std::string header = SessionDir::HeaderRecord(compacted);
+  ASSERT_EQ(*dir_->WriteRecord(kId, header, /*start=*/true),
+            static_cast<int64_t>(header.size()));
+  struct stat st;
+  ASSERT_EQ(::fstat(old_fd, &st), 0);
+  EXPECT_EQ(st.st_size, old_size);  // the old file was not truncated
+  ::close(old_fd);
+  EXPECT_FALSE(std::filesystem::exists(dir_->LogPath(kId) + ".tmp"));
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tokens, compacted.tokens);
+  EXPECT_EQ(s->log_bytes, static_cast<int64_t>(header.size()));
+  // A crash mid-rewrite: only a stray temporary, the log as it was.
+  std::ofstream(dir_->LogPath(kId) + ".tmp") << "torn";
+  EXPECT_EQ(dir_->Load(kId)->tokens, compacted.tokens);
+  ASSERT_TRUE(dir_->Remove(kId).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_->LogPath(kId) + ".tmp"));
+}
+
+TEST_F(SessionDirTest, SnapshotBytesStats) {
+  EXPECT_EQ(dir_->SnapshotBytes(kId), -1);
+  ASSERT_TRUE(dir_->WriteSnapshot(kId, "12345").ok());
+  EXPECT_EQ(dir_->SnapshotBytes(kId), 5);
+  EXPECT_EQ(dir_->SnapshotBytes("not an id"), -1);
+}
+
 TEST_F(SessionDirTest, AFileInTheWayIsAClearError) {
   std::ofstream(root_ + "/file") << "x";
   auto dir = SessionDir::Open(root_ + "/file");

@@ -4,15 +4,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_format.h"
 #include "core/session/session_dir.h"
 #include "gtest/gtest.h"
 
@@ -24,33 +27,35 @@ constexpr int kVocab = 100;
 constexpr int kMaxContext = 64;
 const char kId[] = "0123456789abcdef0123456789abcdef";
 
-// Warn may be called from the writer thread.
+// Warn may be called from the writer thread. The tests' own locks are
+// std::mutex, as the tiers' are: TSan (make tsan-test) cannot see Debian's
+// uninstrumented Abseil synchronization.
 class Warnings {
  public:
   void Add(std::string_view message) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     messages_.emplace_back(message);
   }
   bool Contains(std::string_view text) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& m : messages_) {
       if (m.find(text) != std::string::npos) return true;
     }
     return false;
   }
   size_t size() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return messages_.size();
   }
 
  private:
-  absl::Mutex mu_;
+  std::mutex mu_;
   std::vector<std::string> messages_ ABSL_GUARDED_BY(mu_);
 };
 
 // One server process: its own pool, store, prefix cache and tiers.
 struct Node {
-  explicit Node(const std::string& session_dir) {
+  explicit Node(const std::string& session_dir, int64_t max_bytes = 0) {
     pool = *BlockPool::Create({.n_layers = 2,
                                .n_kv_heads = 2,
                                .head_dim = 4,
@@ -66,7 +71,8 @@ struct Node {
                                                  .n_kv_heads = 2,
                                                  .head_dim = 4},
                                 .vocab_size = kVocab,
-                                .max_context = kMaxContext};
+                                .max_context = kMaxContext,
+                                .session_dir_max_bytes = max_bytes};
     auto t = SessionTiers::Create(
         options, store.get(), cache.get(),
         [this](std::string_view message) { warnings.Add(message); });
@@ -143,26 +149,37 @@ class Probe {
   SessionTiers::Done Done(std::function<void()> also = nullptr) {
     return [this, also = std::move(also)](absl::Status status) {
       if (also) also();
+      // Notified under the lock: a waiter may destroy the probe as soon as
+      // it sees ran_.
+      std::lock_guard<std::mutex> lock(mu_);
       status_ = std::move(status);
       thread_ = std::this_thread::get_id();
-      notification_.Notify();
+      ran_ = true;
+      ran_cv_.notify_all();
     };
   }
-  bool ran() const { return notification_.HasBeenNotified(); }
+  bool ran() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ran_;
+  }
   absl::Status Wait() {
-    EXPECT_TRUE(
-        notification_.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(ran_cv_.wait_for(lock, std::chrono::seconds(30),
+                                 [this] { return ran_; }));
     return status_;
   }
   std::thread::id thread() {
     (void)Wait();
+    std::lock_guard<std::mutex> lock(mu_);
     return thread_;
   }
 
  private:
-  absl::Notification notification_;
-  absl::Status status_;
-  std::thread::id thread_;
+  std::mutex mu_;
+  std::condition_variable ran_cv_;
+  bool ran_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread::id thread_ ABSL_GUARDED_BY(mu_);
 };
 
 std::vector<int32_t> Range(int n, int first = 1) {
@@ -309,12 +326,12 @@ TEST_F(SessionTiersTest, DoneRunsOnTheWriterOnceTheDataIsOnDisk) {
 TEST_F(SessionTiersTest, WritesRunInTheOrderQueued) {
   Session* a = node_->NewSession({1});
   Session* b = node_->NewSession({2});
-  absl::Mutex mu;
+  std::mutex mu;
   std::vector<int> order;
   auto record = [&](int i) {
     return [&, i](absl::Status status) {
       EXPECT_TRUE(status.ok()) << status;
-      absl::MutexLock lock(&mu);
+      std::lock_guard<std::mutex> lock(mu);
       order.push_back(i);
     };
   };
@@ -330,7 +347,7 @@ TEST_F(SessionTiersTest, WritesRunInTheOrderQueued) {
   node_->tiers->Flush();
   std::vector<int> want(40);
   std::iota(want.begin(), want.end(), 0);
-  absl::MutexLock lock(&mu);
+  std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(order, want);
   EXPECT_EQ(TokensOnDisk(a->id), a->tokens);
   EXPECT_EQ(TokensOnDisk(b->id), b->tokens);
@@ -709,6 +726,206 @@ TEST_F(SessionTiersTest, AFailedLogWriteIsWarnedAndTheLogRewritten) {
   EXPECT_EQ(TokensOnDisk(id), (std::vector<int32_t>{1, 2, 3, 4}));
   ASSERT_TRUE(node_->tiers->Find(id, "alice").ok());
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4}));
+}
+
+// The case: generate/truncate rounds on a 2-token session left a
+// 111 KB log. Compaction keeps it within a block and replays the same.
+TEST_F(SessionTiersTest, CompactionBoundsTheLogOfATruncatedSession) {
+  Session* s = node_->NewSession({1, 2});
+  s->messages = {ChatMessage{.role = "system", .content = "be brief"}};
+  node_->tiers->StartLog(*s, [](absl::Status) {});
+  int64_t appended_bytes = dir_->LogSize(s->id);
+  for (int round = 0; round < 60; ++round) {
+    s->tokens = Range(40);  // a turn of 38 generated tokens
+    s->messages.push_back(ChatMessage{.role = "user", .content = "hi"});
+    Probe logged;
+    node_->tiers->Log(*s, logged.Done());
+    ASSERT_TRUE(logged.Wait().ok());
+    s->tokens.resize(2);
+    s->messages.resize(1);
+    Probe truncated;
+    node_->tiers->Truncate(*s, truncated.Done());
+    ASSERT_TRUE(truncated.Wait().ok());
+    appended_bytes +=
+        SessionDir::AppendRecord(2, Range(38, 3), 1,
+                                 {ChatMessage{.role = "user", .content = "hi"}})
+            .size() +
+        SessionDir::AppendRecord(2, {}, 1, {}).size();
+  }
+  node_->tiers->Flush();
+  const int64_t size = dir_->LogSize(s->id);
+  EXPECT_GT(appended_bytes, 10000);  // what an append-only log would hold
+  EXPECT_LE(size, 4096);             // one file-system block
+  EXPECT_EQ(TokensOnDisk(s->id), (std::vector<int32_t>{1, 2}));
+  absl::StatusOr<StoredSession> stored = dir_->Load(s->id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->messages.size(), 1u);
+  EXPECT_EQ(stored->messages[0].content, "be brief");
+  EXPECT_EQ(stored->owner, "alice");
+  EXPECT_EQ(stored->replayed_bytes, size);
+  // The tiers' view of the size stays exact: no reload, no warning.
+  const std::string id = s->id;
+  ASSERT_TRUE(node_->tiers->Find(id, "alice").ok());
+  EXPECT_EQ(node_->store->Get(id), s);
+  EXPECT_EQ(node_->warnings.size(), 0u);
+  // And a restart replays the compacted log.
+  node_ = std::make_unique<Node>(path_);
+  absl::StatusOr<Session*> again = node_->tiers->Find(id, "alice");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->tokens, (std::vector<int32_t>{1, 2}));
+  ASSERT_EQ((*again)->messages.size(), 1u);
+}
+
+TEST_F(SessionTiersTest, ASmallLogIsOnlyAppendedTo) {
+  Session* s = node_->NewSession({1, 2});
+  node_->tiers->StartLog(*s, [](absl::Status) {});
+  int64_t expected =
+      SessionDir::HeaderRecordBytes(s->owner, s->tokens.size(), {});
+  for (int round = 0; round < 5; ++round) {
+    s->tokens.push_back(3);
+    node_->tiers->Log(*s, [](absl::Status) {});
+    s->tokens.resize(2);
+    node_->tiers->Truncate(*s, [](absl::Status) {});
+    expected += (28 + 4) + 28;
+  }
+  node_->tiers->Flush();
+  EXPECT_EQ(dir_->LogSize(s->id), expected);  // far below 4 KiB: no rewrite
+}
+
+// Quota tests: sessions of 8 tokens owned by "alice".
+class SessionTiersQuotaTest : public SessionTiersTest {
+ protected:
+  static constexpr int kTokens = 8;
+  void SetUp() override {
+    SessionTiersTest::SetUp();
+    log_bytes_ = SessionDir::HeaderRecordBytes("alice", kTokens, {});
+    // A snapshot's size, from an unlimited node.
+    Session* s = node_->NewSession(Range(kTokens));
+    node_->tiers->StartLog(*s, [](absl::Status) {});
+    node_->Compute(*s);
+    ASSERT_TRUE(node_->tiers->SpillLeastRecentlyUsed());
+    node_->tiers->Flush();
+    snapshot_bytes_ = dir_->SnapshotBytes(s->id);
+    ASSERT_GT(snapshot_bytes_, log_bytes_);
+    ASSERT_EQ(dir_->LogSize(s->id), log_bytes_);
+    node_->tiers->Remove(s->id);
+    node_->tiers->Flush();
+  }
+
+  // A node whose quota holds `logs` logs and `snapshots` snapshots.
+  void Limit(int logs, int snapshots) {
+    quota_ = logs * log_bytes_ + snapshots * snapshot_bytes_ + 10;
+    node_ = std::make_unique<Node>(path_, quota_);
+  }
+
+  Session* Logged(absl::Duration age,
+                  std::optional<absl::Duration> ttl = std::nullopt) {
+    Session* s = node_->NewSession(Range(kTokens), "alice", ttl);
+    Probe probe;
+    node_->tiers->StartLog(*s, probe.Done());
+    EXPECT_TRUE(probe.Wait().ok());
+    s->last_used = absl::Now() - age;
+    return s;
+  }
+
+  int64_t log_bytes_ = 0, snapshot_bytes_ = 0, quota_ = 0;
+};
+
+TEST_F(SessionTiersQuotaTest, LeastRecentlyUsedSnapshotsGoFirst) {
+  Limit(3, 2);
+  Session* old = Logged(absl::Seconds(30));
+  Session* mid = Logged(absl::Seconds(20));
+  Session* recent = Logged(absl::Seconds(10));
+  for (Session* s : {old, mid, recent}) node_->Compute(*s);
+  // LRU order: old, then mid, then recent; the third snapshot makes room
+  // by dropping the least recently used one.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(node_->tiers->SpillLeastRecentlyUsed());
+  node_->tiers->Flush();
+  EXPECT_EQ(node_->tiers->TierOf(*old), Tier::kTokens);
+  EXPECT_EQ(node_->tiers->TierOf(*mid), Tier::kDisk);
+  EXPECT_EQ(node_->tiers->TierOf(*recent), Tier::kDisk);
+  EXPECT_FALSE(dir_->HasSnapshot(old->id));
+  EXPECT_TRUE(dir_->HasSnapshot(mid->id));
+  EXPECT_TRUE(dir_->HasSnapshot(recent->id));
+  EXPECT_EQ(node_->store->size(), 3);  // no session lost
+  EXPECT_EQ(node_->warnings.size(), 0u);
+}
+
+TEST_F(SessionTiersQuotaTest, ASnapshotThatCannotFitIsNotWritten) {
+  Limit(2, 1);
+  Session* old = Logged(absl::Seconds(20));
+  Session* recent = Logged(absl::Seconds(10));
+  node_->Compute(*old);
+  node_->Compute(*recent);
+  ASSERT_TRUE(node_->tiers->SpillLeastRecentlyUsed());  // old's fits
+  // recent's does not, and old's snapshot goes only for a more recently
+  // used session's: swap their ages, and recent's is not written.
+  recent->last_used = absl::Now() - absl::Seconds(30);
+  ASSERT_TRUE(node_->tiers->SpillLeastRecentlyUsed());
+  EXPECT_EQ(recent->kv.table.num_tokens(), 0);  // the KV is freed all the same
+  EXPECT_EQ(node_->tiers->TierOf(*recent), Tier::kTokens);
+  EXPECT_EQ(node_->tiers->TierOf(*old), Tier::kDisk);
+  node_->tiers->Flush();
+  EXPECT_FALSE(dir_->HasSnapshot(recent->id));
+  EXPECT_TRUE(dir_->HasSnapshot(old->id));
+  EXPECT_EQ(node_->tiers->ReadSnapshot(*recent, 100).positions, 0);
+}
+
+TEST_F(SessionTiersQuotaTest, ExpiredSessionsGoAfterSnapshots) {
+  // Dropping an idle session's snapshot makes room: the expired one stays.
+  Limit(2, 1);
+  Session* expired = Logged(absl::Seconds(60), absl::Seconds(5));
+  Session* live = Logged(absl::Seconds(50));
+  node_->Compute(*live);
+  ASSERT_TRUE(node_->tiers->SpillLeastRecentlyUsed());  // live's snapshot
+  Session* fresh = Logged(absl::ZeroDuration());
+  node_->tiers->Flush();
+  EXPECT_FALSE(dir_->HasSnapshot(live->id));
+  EXPECT_NE(node_->store->Get(expired->id), nullptr);
+  EXPECT_EQ(TokensOnDisk(fresh->id), Range(kTokens));
+
+  // With no snapshot left to drop, the expired session goes.
+  Limit(2, 0);
+  expired = Logged(absl::Seconds(60), absl::Seconds(5));
+  live = Logged(absl::Seconds(50));
+  const std::string expired_id = expired->id;
+  fresh = Logged(absl::ZeroDuration());
+  node_->tiers->Flush();
+  EXPECT_EQ(node_->store->Get(expired_id), nullptr);
+  EXPECT_EQ(dir_->LogSize(expired_id), -1);
+  EXPECT_EQ(TokensOnDisk(live->id), Range(kTokens));
+  EXPECT_EQ(TokensOnDisk(fresh->id), Range(kTokens));
+  EXPECT_EQ(node_->warnings.size(), 0u);
+}
+
+TEST_F(SessionTiersQuotaTest, ANewSessionIsRefusedWhenLiveLogsFillIt) {
+  Limit(2, 0);
+  Logged(absl::Seconds(20));
+  Session* b = Logged(absl::Seconds(10));
+  Session* refused = node_->NewSession(Range(kTokens));
+  Probe probe;
+  node_->tiers->StartLog(*refused, probe.Done());
+  ASSERT_TRUE(probe.ran());  // at once: nothing was queued
+  const absl::Status status = probe.Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find(
+                absl::StrFormat("--session_dir_max_bytes=%d", quota_)),
+            std::string::npos)
+      << status;
+  node_->tiers->Flush();
+  EXPECT_EQ(dir_->LogSize(refused->id), -1);
+  // A live session's turn is written over the quota, with one warning.
+  for (int turn = 0; turn < 3; ++turn) {
+    b->tokens.push_back(turn + 1);
+    Probe logged;
+    node_->tiers->Log(*b, logged.Done());
+    EXPECT_TRUE(logged.Wait().ok());
+  }
+  node_->tiers->Flush();
+  EXPECT_EQ(TokensOnDisk(b->id).size(), kTokens + 3u);
+  EXPECT_EQ(node_->warnings.size(), 1u);
+  EXPECT_TRUE(node_->warnings.Contains("--session_dir_max_bytes="));
 }
 
 TEST_F(SessionTiersTest, ABadDirectoryIsAnError) {
