@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/builtin_model.h"
+#include "tests/testing/engine_waiters.h"
 
 namespace kvserve {
 namespace {
@@ -23,60 +24,19 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::Field;
 
-class CollectingSink : public TokenSink {
- public:
-  void OnToken(GeneratedToken token) override {
-    tokens_.push_back(token.token_id);
-    text_ += token.text;
-  }
-  void OnFinish(absl::StatusOr<GenerateResult> result) override {
-    if (result.ok()) text_ += result->text;
-    done_.set_value(std::move(result));
-  }
-  absl::StatusOr<GenerateResult> Wait() { return done_.get_future().get(); }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  const std::string& text() const { return text_; }
-
- private:
-  std::vector<int32_t> tokens_;
-  std::string text_;
-  std::promise<absl::StatusOr<GenerateResult>> done_;
-};
-
-template <typename T>
-class Waiter {
- public:
-  Callback<T> callback() {
-    return [this](absl::StatusOr<T> r) { done_.set_value(std::move(r)); };
-  }
-  absl::StatusOr<T> Wait() { return done_.get_future().get(); }
-
- private:
-  std::promise<absl::StatusOr<T>> done_;
-};
+using testing::CollectingSink;
+using testing::Waiter;
 
 // The built-in tokenizer with one more end-of-generation token.
-class ExtraEogTokenizer : public Tokenizer {
+class ExtraEogTokenizer : public testing::ForwardingTokenizer {
  public:
   ExtraEogTokenizer(const Tokenizer* base, int32_t eog)
-      : base_(base), eog_(eog) {}
-  std::vector<int32_t> Encode(std::string_view text,
-                              const EncodeOptions& options) const override {
-    return base_->Encode(text, options);
-  }
-  std::string DecodeToken(int32_t prev, int32_t id) const override {
-    return base_->DecodeToken(prev, id);
-  }
-  std::string Piece(int32_t id) const override { return base_->Piece(id); }
-  int32_t vocab_size() const override { return base_->vocab_size(); }
-  int32_t bos_id() const override { return base_->bos_id(); }
-  int32_t eos_id() const override { return base_->eos_id(); }
+      : ForwardingTokenizer(base), eog_(eog) {}
   bool IsEndOfGeneration(int32_t id) const override {
-    return id == eog_ || base_->IsEndOfGeneration(id);
+    return id == eog_ || base()->IsEndOfGeneration(id);
   }
 
  private:
-  const Tokenizer* base_;
   int32_t eog_;
 };
 

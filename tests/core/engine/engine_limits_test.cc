@@ -14,46 +14,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/builtin_model.h"
+#include "tests/testing/engine_waiters.h"
 
 namespace kvserve {
 namespace {
 
 using ::testing::HasSubstr;
 
-class WaitingSink : public TokenSink {
- public:
-  void OnToken(GeneratedToken) override {}
-  void OnFinish(absl::StatusOr<GenerateResult> result) override {
-    done_.set_value(std::move(result));
-  }
-  absl::StatusOr<GenerateResult> Wait() { return future_.get(); }
-  bool Done() {
-    return future_.wait_for(std::chrono::seconds(0)) ==
-           std::future_status::ready;
-  }
-
- private:
-  std::promise<absl::StatusOr<GenerateResult>> done_;
-  std::future<absl::StatusOr<GenerateResult>> future_ = done_.get_future();
-};
-
-template <typename T>
-class Waiter {
- public:
-  Callback<T> callback() {
-    return [this](absl::StatusOr<T> r) { done_.set_value(std::move(r)); };
-  }
-  absl::StatusOr<T> Wait() { return done_.get_future().get(); }
-
- private:
-  std::promise<absl::StatusOr<T>> done_;
-};
+using testing::Waiter;
+using WaitingSink = testing::CollectingSink;
 
 // The built-in tokenizer, whose Encode of text containing "slow" waits
 // until Release().
-class GatedTokenizer : public Tokenizer {
+class GatedTokenizer : public testing::ForwardingTokenizer {
  public:
-  explicit GatedTokenizer(const Tokenizer* base) : base_(base) {}
+  using ForwardingTokenizer::ForwardingTokenizer;
   std::vector<int32_t> Encode(std::string_view text,
                               const EncodeOptions& options) const override {
     if (text.find("slow") != std::string_view::npos) {
@@ -62,17 +37,7 @@ class GatedTokenizer : public Tokenizer {
       changed_.notify_all();
       changed_.wait(lock, [this] { return released_; });
     }
-    return base_->Encode(text, options);
-  }
-  std::string DecodeToken(int32_t prev, int32_t id) const override {
-    return base_->DecodeToken(prev, id);
-  }
-  std::string Piece(int32_t id) const override { return base_->Piece(id); }
-  int32_t vocab_size() const override { return base_->vocab_size(); }
-  int32_t bos_id() const override { return base_->bos_id(); }
-  int32_t eos_id() const override { return base_->eos_id(); }
-  bool IsEndOfGeneration(int32_t id) const override {
-    return base_->IsEndOfGeneration(id);
+    return base()->Encode(text, options);
   }
 
   void WaitEntered() const {
@@ -86,7 +51,6 @@ class GatedTokenizer : public Tokenizer {
   }
 
  private:
-  const Tokenizer* base_;
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   mutable bool entered_ = false;

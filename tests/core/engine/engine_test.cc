@@ -15,64 +15,27 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/builtin_model.h"
+#include "tests/testing/engine_waiters.h"
 
 namespace kvserve {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Collects one request's output; Wait() blocks until OnFinish.
-class WaitingSink : public TokenSink {
- public:
-  void OnToken(GeneratedToken token) override {
-    tokens_.push_back(token.token_id);
-  }
-  void OnFinish(absl::StatusOr<GenerateResult> result) override {
-    done_.set_value(std::move(result));
-  }
-  absl::StatusOr<GenerateResult> Wait() { return done_.get_future().get(); }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-
- private:
-  std::vector<int32_t> tokens_;
-  std::promise<absl::StatusOr<GenerateResult>> done_;
-};
-
-template <typename T>
-class Waiter {
- public:
-  Callback<T> callback() {
-    return [this](absl::StatusOr<T> r) { done_.set_value(std::move(r)); };
-  }
-  absl::StatusOr<T> Wait() { return done_.get_future().get(); }
-
- private:
-  std::promise<absl::StatusOr<T>> done_;
-};
+using testing::Waiter;
+using WaitingSink = testing::CollectingSink;
 
 // The built-in tokenizer without a BOS token.
-class NoBosTokenizer : public Tokenizer {
+class NoBosTokenizer : public testing::ForwardingTokenizer {
  public:
-  explicit NoBosTokenizer(const Tokenizer* base) : base_(base) {}
+  using ForwardingTokenizer::ForwardingTokenizer;
   std::vector<int32_t> Encode(std::string_view text,
                               const EncodeOptions& options) const override {
     EncodeOptions o = options;
     o.add_bos = false;
-    return base_->Encode(text, o);
+    return base()->Encode(text, o);
   }
-  std::string DecodeToken(int32_t prev, int32_t id) const override {
-    return base_->DecodeToken(prev, id);
-  }
-  std::string Piece(int32_t id) const override { return base_->Piece(id); }
-  int32_t vocab_size() const override { return base_->vocab_size(); }
   int32_t bos_id() const override { return -1; }
-  int32_t eos_id() const override { return base_->eos_id(); }
-  bool IsEndOfGeneration(int32_t id) const override {
-    return base_->IsEndOfGeneration(id);
-  }
-
- private:
-  const Tokenizer* base_;
 };
 
 class EngineTest : public ::testing::Test {
