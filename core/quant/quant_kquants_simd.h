@@ -245,8 +245,13 @@ inline void Widened(const uint8_t* p, Decoded* o) {
 // AVX-512 decoders for the Q4_K_M mix, built in 512-bit vectors directly
 // (about half the instructions of Widened: no 256-bit halves to join).
 // Vector n holds groups 2n, 2n + 1 (elements [64n, 64n + 64)).
-template <int kW>
-inline void DecodeQ4KWide(const uint8_t* p, Decoded* o) {
+//
+// D is always Decoded: a template parameter only so that the bodies are
+// dependent code. Clang checks a template's non-dependent code where it is
+// defined, and these bodies (never instantiated there) do not type-check in
+// the 256-bit namespaces, where VI is __m256i (the clang fuzz build).
+template <int kW, typename D = Decoded>
+inline void DecodeQ4KWide(const uint8_t* p, D* o) {
   static_assert(kW == 64);
   const __m128i v = ScaleMinBytes(p + offsetof(BlockQ4K, scales));
   const __m512i v4 = _mm512_broadcast_i32x4(v);
@@ -270,8 +275,8 @@ inline void DecodeQ4KWide(const uint8_t* p, Decoded* o) {
   o->d = Halves(p + offsetof(BlockQ4K, d), p + offsetof(BlockQ4K, dmin));
 }
 
-template <int kW>
-inline void DecodeQ6KWide(const uint8_t* p, Decoded* o) {
+template <int kW, typename D = Decoded>  // D: see DecodeQ4KWide
+inline void DecodeQ6KWide(const uint8_t* p, D* o) {
   static_assert(kW == 64);
   const auto* b = reinterpret_cast<const BlockQ6K*>(p);
   const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);

@@ -56,7 +56,13 @@ StopMatcher::Result StopMatcher::Push(std::string_view text) {
     hold = std::max(hold, LongestSuffixThatStartsStop(held_, stop));
   }
   size_t cut = held_.size() - hold;
-  while (cut > 0 && cut < held_.size() && IsContinuationByte(held_[cut])) {
+  // Back to the start of the character the cut falls in: at most 3
+  // continuation bytes, as no character has more. (Walking back over every
+  // continuation byte held a run of stray ones, invalid UTF-8, forever:
+  // found by tests/fuzz/utf8_fuzzer.cc.)
+  for (int back = 0; back < 3 && cut > 0 && cut < held_.size() &&
+                     IsContinuationByte(held_[cut]);
+       ++back) {
     --cut;
   }
   result.text = held_.substr(0, cut);
