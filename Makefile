@@ -43,9 +43,15 @@ build: configure
 run: build
 	./$(BUILD)/kvserve $(RUN_FLAGS)
 
+# Every test: the unit and integration suites (the load and fault suite,
+# label soak, has its own target: `make soak`), ops, and the TSan
+# suite. Not yet here: `make asan-test` (its build alone takes ~13 min on 2
+# cores) and `make fuzz-smoke` (a clang build of its own) — see README,
+# "Reliability".
 test: build format-check
-	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 --timeout 900
+	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 --timeout 900 -LE soak
 	$(MAKE) --no-print-directory ops-test BUILD=$(BUILD)
+	$(MAKE) --no-print-directory tsan-test
 
 format:
 	clang-format -i $(CXX_FILES)
@@ -57,11 +63,77 @@ format-check: deps
 debug:
 	$(MAKE) build BUILD=build-debug CMAKE_FLAGS=-DCMAKE_BUILD_TYPE=Debug
 
-asan:
-	$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=ON"
+# --- Sanitizers (`make test` runs both after the normal suites) -------------
+# asan-test: every unit and integration test, /avx2 duplicates included, on
+# an ASan + UBSan build in build-asan/ (the servers the integration tests
+# start are that build's kvserve); any report fails its test.
+# tsan-test: the tests labelled tsan (tests/CMakeLists.txt) on a TSan build
+# of only those binaries in build-tsan/, with one OpenMP thread. Debian's
+# libgomp, Abseil and gRPC are not instrumented, so TSan cannot see their
+# synchronization: the code it runs locks with std::mutex, and gRPC's
+# threads are left to ASan and the soak.
+.PHONY: asan-test tsan-test
+SAN_ENV := OMP_WAIT_POLICY=passive UBSAN_OPTIONS=print_stacktrace=1
+ASAN_ENV := $(SAN_ENV) \
+  ASAN_OPTIONS=detect_stack_use_after_return=1:check_initialization_order=1
+TSAN_ENV := $(SAN_ENV) OMP_NUM_THREADS=1 TSAN_OPTIONS=second_deadlock_stack=1
+
+asan: asan-test
+
+asan-test:
+	$(MAKE) --no-print-directory build BUILD=build-asan \
+	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=ON"
+	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j 2 --timeout 900
+
+tsan-test:
+	$(MAKE) --no-print-directory configure BUILD=build-tsan \
+	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=thread"
+	cmake --build build-tsan -j $(JOBS) --target kvserve_tsan_tests
+	cd build-tsan && $(TSAN_ENV) ctest -L tsan --output-on-failure -j 2 --timeout 900
 
 clean:
 	rm -rf $(BUILD)
+
+# The load and fault suite (tests/soak/) for 10 minutes; `make soak-60s` is
+# its 60 s version (ctest label soak). Prints its summary table; exit status
+# = result.
+.PHONY: soak soak-60s
+soak: build
+	cd $(BUILD) && OMP_WAIT_POLICY=passive ./kvserve_soak --duration=10m
+
+soak-60s: build
+	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest -L soak --output-on-failure
+
+# --- Fuzzing: libFuzzer targets (tests/fuzz/) --------------------------------
+# A clang build of only the fuzzers in build-fuzz/ (-DKVSERVE_FUZZ=ON: our
+# libraries with coverage instrumentation, ASan and UBSan). `make fuzz` runs
+# each fuzzer FUZZ_SECONDS on its corpus (build-fuzz/fuzz/corpus/<name>,
+# kept between runs) and prints executions and crashes per fuzzer and in
+# total; `make fuzz-smoke` is the short run `make test` does. A crash's
+# input is saved under build-fuzz/fuzz/artifacts/.
+.PHONY: fuzz-deps fuzz-build fuzz fuzz-smoke
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 10
+FUZZERS ?= gguf llama2c tokenizer_spm tokenizer_bpe utf8 session_log \
+  kv_snapshot quant_blocks jinja http_request request_handlers
+FUZZ_DEPS := clang libclang-rt-14-dev libomp-dev
+
+fuzz-deps: deps
+	$(call install_missing,$(FUZZ_DEPS))
+
+$(FUZZ_BUILD)/CMakeCache.txt: | fuzz-deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_CXX_COMPILER=clang++ -DKVSERVE_FUZZ=ON
+
+fuzz-build: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+
+fuzz: fuzz-build
+	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
+
+fuzz-smoke: fuzz-build
+	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
 
 # --- Operations: deploy/ exercised by the real tools (tests/ops/) -----------
 # Debian packages only these targets need. Services the packages would start
