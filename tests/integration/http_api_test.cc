@@ -242,6 +242,32 @@ TEST_F(HttpApiTest, ChatStreamIsFramedAndMatchesTheNonStreamingAnswer) {
   EXPECT_EQ((*usage)["prompt_tokens"], plain.json["usage"]["prompt_tokens"]);
 }
 
+// The HTTP chat route and gRPC give the same greedy tokens: the answer of
+// /v1/chat/completions is that of a Generate over ApplyChatTemplate's ids.
+TEST_F(HttpApiTest, ChatEqualsAGrpcGenerateOverTheTemplatesTokenIds) {
+  const HttpReply chat =
+      Post(port(), "/v1/chat/completions", ChatBody("Same tokens?", 8));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(server());
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::ApplyChatTemplateRequest apply;
+  v1::ChatMessage* m = apply.add_messages();
+  m->set_role("user");
+  m->set_content("Same tokens?");
+  apply.set_add_generation_prompt(true);
+  absl::StatusOr<v1::ApplyChatTemplateResponse> prompt =
+      (*client)->ApplyChatTemplate(apply);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  v1::GenerateRequest generate = GreedyRequest(8);
+  SetTokens({prompt->token_ids().begin(), prompt->token_ids().end()},
+            generate.mutable_prompt());
+  absl::StatusOr<Generated> grpc = GenerateAll(**client, generate);
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  EXPECT_EQ(chat.json["choices"][0]["message"]["content"], grpc->text);
+  EXPECT_EQ(chat.json["usage"]["prompt_tokens"], prompt->token_ids_size());
+}
+
 TEST_F(HttpApiTest, ChatLogprobs) {
   Json body = ChatBody("Hi", 3);
   body["logprobs"] = true;
