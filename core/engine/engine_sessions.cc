@@ -43,8 +43,16 @@ absl::Status NotDurable(std::string_view id, const absl::Status& logged) {
 SessionTiers::Done Engine::OnEngineThread(
     absl::AnyInvocable<void(absl::Status) &&> then) {
   return [this, then = std::move(then)](absl::Status status) mutable {
-    RunOnEngineThread([then = std::move(then), status]() mutable {
-      std::move(then)(status);
+    // A status of its own, not a copy sharing the writer's representation:
+    // Debian's Abseil counts a Status's references in uninstrumented code,
+    // so ThreadSanitizer would see the writer thread free what this one
+    // reads. (Writes' statuses carry no payloads.)
+    absl::Status own =
+        status.ok()
+            ? absl::OkStatus()
+            : absl::Status(status.code(), std::string(status.message()));
+    RunOnEngineThread([then = std::move(then), own = std::move(own)]() mutable {
+      std::move(then)(std::move(own));
     });
   };
 }
