@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "server/status.h"
 
 namespace kvserve {
 namespace {
@@ -198,13 +199,10 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
   }
   if (match == nullptr) return Unauthenticated("the API key is not valid");
   if (!requested_owner.empty() && requested_owner != match->owner) {
-    absl::string_view shown(requested_owner.data(),
-                            std::min(requested_owner.size(), kMaxOwnerBytes));
     return absl::PermissionDeniedError(absl::StrFormat(
-        "the request names owner \"%s%s\", which is not its API key's "
-        "owner: with API keys the key decides the owner (leave owner empty)",
-        absl::CHexEscape(shown),
-        shown.size() < requested_owner.size() ? "..." : ""));
+        "the request names owner %s, which is not its API key's owner: with "
+        "API keys the key decides the owner (leave owner empty)",
+        QuoteClientText(requested_owner)));
   }
   return Caller{match->owner, match->owner == kAdminOwner};
 }

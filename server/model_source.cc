@@ -1,6 +1,7 @@
 #include "server/model_source.h"
 
 #include "absl/strings/str_format.h"
+#include "core/chat/chat_prompt.h"
 #include "core/model/builtin_model.h"
 #include "core/util/file.h"
 
@@ -43,10 +44,8 @@ absl::StatusOr<ServedChatTemplate> LoadChatTemplate(const std::string& path,
     source = kChatMlTemplate;
     served.origin = "chatml";
   }
-  const Tokenizer& t = *model.tokenizer;
-  auto piece = [&t](int32_t id) { return id >= 0 ? t.Piece(id) : ""; };
   absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed =
-      ChatTemplate::Create(source, piece(t.bos_id()), piece(t.eos_id()));
+      CreateChatTemplate(source, *model.tokenizer);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the chat template (%s) does not parse: %s",

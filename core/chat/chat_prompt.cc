@@ -6,6 +6,15 @@
 
 namespace kvserve {
 
+absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(
+    std::string source, const Tokenizer& tokenizer) {
+  auto piece = [&tokenizer](int32_t id) {
+    return id >= 0 ? tokenizer.Piece(id) : std::string();
+  };
+  return ChatTemplate::Create(std::move(source), piece(tokenizer.bos_id()),
+                              piece(tokenizer.eos_id()));
+}
+
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer,
                                             const ChatTemplateInput& input) {

@@ -6,6 +6,7 @@
 #define KVSERVE_CORE_CHAT_CHAT_PROMPT_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ struct ChatPrompt {
   std::string text;
   std::vector<int32_t> token_ids;
 };
+
+// Parses `source` with the vocabulary's BOS and EOS pieces as bos_token and
+// eos_token (empty when it has none).
+absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(
+    std::string source, const Tokenizer& tokenizer);
 
 // BOS is added when the vocabulary asks for it and the rendering does not
 // already begin with the BOS piece (templates that print bos_token get one

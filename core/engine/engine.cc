@@ -112,12 +112,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   e->tiers_->LoadAll();
   e->chat_template_ = options.chat_template;
   if (e->chat_template_ == nullptr) {
-    auto piece = [tokenizer](int32_t id) {
-      return id >= 0 ? tokenizer->Piece(id) : std::string();
-    };
-    auto chatml =
-        ChatTemplate::Create(kChatMlTemplate, piece(tokenizer->bos_id()),
-                             piece(tokenizer->eos_id()));
+    auto chatml = CreateChatTemplate(kChatMlTemplate, *tokenizer);
     if (!chatml.ok()) return chatml.status();
     e->chatml_ = *std::move(chatml);
     e->chat_template_ = e->chatml_.get();

@@ -159,13 +159,7 @@ class HttpServer::Handlers {
   absl::Status Init() {
     chat_template_ = deps_.chat_template;
     if (chat_template_ == nullptr) {
-      const Tokenizer& t = *deps_.tokenizer;
-      auto chatml = ChatTemplate::Create(
-          kChatMlTemplate, t.bos_id() >= 0 ? t.Piece(t.bos_id()) : "",
-          t.eos_id() >= 0 ? t.Piece(t.eos_id()) : "");
-      if (!chatml.ok()) return chatml.status();
-      chatml_ = *std::move(chatml);
-      chat_template_ = chatml_.get();
+      return absl::InvalidArgumentError("the HTTP API needs a chat template");
     }
     return absl::OkStatus();
   }
@@ -519,7 +513,6 @@ class HttpServer::Handlers {
   const std::atomic<bool>* const serving_;
   const int64_t created_;  // the models' `created`: when the server started
   const ChatTemplate* chat_template_ = nullptr;
-  std::unique_ptr<ChatTemplate> chatml_;  // when deps_ has no template
   std::atomic<bool> stopping_{false};
 };
 

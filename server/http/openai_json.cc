@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "core/text/utf8_stream_decoder.h"
 #include "core/util/status_reason.h"
+#include "server/convert.h"
 
 namespace kvserve::http {
 namespace {
@@ -695,12 +696,9 @@ absl::StatusOr<std::optional<absl::Duration>> ParseCreateSessionRequest(
     const Json& body) {
   FieldReader f(body);
   std::optional<int64_t> ttl = f.Int("ttl_seconds");
-  if (ttl.has_value() && *ttl <= 0) {
-    f.Invalid("ttl_seconds", absl::StrCat("must be positive, got ", *ttl));
-  }
   if (!f.status().ok()) return f.status();
-  if (!ttl.has_value()) return std::nullopt;
-  return absl::Seconds(*ttl);
+  // The range gRPC's CreateSession has (1 s to 100 years).
+  return TtlFromProto(ttl.has_value(), ttl.value_or(0));
 }
 
 }  // namespace kvserve::http

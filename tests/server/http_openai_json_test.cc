@@ -584,6 +584,12 @@ TEST(ParseCreateSessionRequestTest, OptionalPositiveTtl) {
   EXPECT_EQ(
       ParseCreateSessionRequest(Parse(R"({"ttl_seconds": 0})")).status().code(),
       absl::StatusCode::kInvalidArgument);
+  // As over gRPC: at most 100 years, so the TTL survives a restart.
+  EXPECT_EQ(ParseCreateSessionRequest(
+                Parse(R"({"ttl_seconds": 9223372036854775807})"))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseCreateSessionRequest(Parse(R"({"ttl_seconds": "1"})"))
                 .status()
                 .code(),
