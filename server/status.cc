@@ -2,9 +2,6 @@
 
 #include <string>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/str_cat.h"
-
 namespace kvserve {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -16,13 +13,6 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 std::string GrpcCodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-}
-
-std::string QuoteClientText(std::string_view text) {
-  const bool truncated = text.size() > kMaxQuotedClientBytes;
-  const std::string_view shown = text.substr(0, kMaxQuotedClientBytes);
-  return absl::StrCat("\"", absl::CHexEscape({shown.data(), shown.size()}),
-                      truncated ? "…" : "", "\"");
 }
 
 }  // namespace kvserve

@@ -6,7 +6,8 @@
 // matrix-vector kernels of core/quant over the rows of all the stacked
 // matrices, split evenly across threads. Many rows (prefill): panels of
 // weight rows are dequantized into an f32 buffer and multiplied by a oneDNN
-// sgemm whose output is written in place into y's columns.
+// sgemm whose output is written in place into y's columns (or into a padded
+// copy of y: linear_internal::PrimitiveRows).
 #include <omp.h>
 
 #include <algorithm>
@@ -85,16 +86,18 @@ class BlockLinear final : public Linear {
     return absl::StrFormat("blocks %s [%d x %d]", types, n_, k_);
   }
 
-  // The sgemm primitive for (m, columns); throws dnnl::error.
-  dnnl::matmul& Sgemm(int64_t m, int64_t nc) {
-    auto it = sgemm_.find({m, nc});
+  // The sgemm primitive for (rows, columns), rows a PrimitiveRows value;
+  // throws dnnl::error.
+  dnnl::matmul& Sgemm(int64_t rows, int64_t nc) {
+    auto it = sgemm_.find({rows, nc});
     if (it != sgemm_.end()) return it->second;
-    const dnnl::memory::desc src({m, k_}, dt::f32, {k_, 1});
+    const dnnl::memory::desc src({rows, k_}, dt::f32, {k_, 1});
     const dnnl::memory::desc wei({k_, nc}, dt::f32, {1, k_});
-    const dnnl::memory::desc dst({m, nc}, dt::f32, {n_, 1});
+    const dnnl::memory::desc dst({rows, nc}, dt::f32, {n_, 1});
     dnnl::matmul mm(dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(src, wei, dst), DnnlEngine()));
-    return sgemm_.emplace(std::make_pair(m, nc), std::move(mm)).first->second;
+    return sgemm_.emplace(std::make_pair(rows, nc), std::move(mm))
+        .first->second;
   }
 
   int64_t panel_rows() const { return panel_rows_; }
@@ -176,12 +179,29 @@ class BlockLinear final : public Linear {
   }
 
   void Panels(const float* x, int64_t m, float* y) {
-    // One buffer for every BlockLinear of the thread (the engine's): the
-    // model's matrices run one after another.
-    thread_local std::vector<float> panel_buffer;
+    // One set of buffers for every BlockLinear of the thread (the
+    // engine's): the model's matrices run one after another.
+    thread_local std::vector<float> panel_buffer, padded_x, padded_y;
     const int64_t floats = std::min(panel_rows_, n_) * k_;
     if (static_cast<int64_t>(panel_buffer.size()) < floats) {
       panel_buffer.resize(floats);
+    }
+    // The sgemms run on a bounded set of row counts (PrimitiveRows): x's
+    // rows, then zeros, in; y's rows out.
+    const int64_t rows = linear_internal::PrimitiveRows(m);
+    const float* in = x;
+    float* out = y;
+    if (rows > m) {
+      if (static_cast<int64_t>(padded_x.size()) < rows * k_) {
+        padded_x.resize(rows * k_);
+      }
+      if (static_cast<int64_t>(padded_y.size()) < rows * n_) {
+        padded_y.resize(rows * n_);
+      }
+      std::copy(x, x + m * k_, padded_x.begin());
+      std::fill(padded_x.begin() + m * k_, padded_x.begin() + rows * k_, 0.0f);
+      in = padded_x.data();
+      out = padded_y.data();
     }
     dnnl::stream& stream = DnnlStream();
     const dnnl::engine& engine = DnnlEngine();
@@ -193,18 +213,19 @@ class BlockLinear final : public Linear {
         for (int64_t r = 0; r < nc; ++r) {
           p.info->dequantize(p.w.row(c0 + r), panel + r * k_, k_);
         }
-        dnnl::matmul& mm = Sgemm(m, nc);
-        const dnnl::memory::desc src({m, k_}, dt::f32, {k_, 1});
+        dnnl::matmul& mm = Sgemm(rows, nc);
+        const dnnl::memory::desc src({rows, k_}, dt::f32, {k_, 1});
         const dnnl::memory::desc wei({k_, nc}, dt::f32, {1, k_});
-        const dnnl::memory::desc dst({m, nc}, dt::f32, {n_, 1});
+        const dnnl::memory::desc dst({rows, nc}, dt::f32, {n_, 1});
         mm.execute(
             stream,
-            {{DNNL_ARG_SRC, dnnl::memory(src, engine, const_cast<float*>(x))},
+            {{DNNL_ARG_SRC, dnnl::memory(src, engine, const_cast<float*>(in))},
              {DNNL_ARG_WEIGHTS, dnnl::memory(wei, engine, panel)},
-             {DNNL_ARG_DST, dnnl::memory(dst, engine, y + p.row0 + c0)}});
+             {DNNL_ARG_DST, dnnl::memory(dst, engine, out + p.row0 + c0)}});
         stream.wait();
       }
     }
+    if (out != y) std::copy(out, out + m * n_, y);
   }
 
   std::vector<Part> parts_;
@@ -257,7 +278,7 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
   // Probe the sgemm shapes the largest call will use.
   if (options.max_rows > gemv_max_rows) {
     try {
-      linear->Sgemm(options.max_rows,
+      linear->Sgemm(PrimitiveRows(options.max_rows),
                     std::min<int64_t>(linear->panel_rows(), weights[0].rows));
     } catch (const dnnl::error& e) {
       return absl::UnimplementedError(absl::StrFormat(

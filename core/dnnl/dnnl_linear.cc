@@ -74,9 +74,11 @@ void ReleasePages(const void* p, int64_t bytes) {
 }
 
 // The weights reordered once into oneDNN's preferred layout; a primitive
-// per row count m, created on first use and cached: fixed-m primitives
-// beat one runtime-m primitive (which oneDNN 2.6 runs with its
-// plain-layout gemm) by 1.4x at m = 1. bf16 weights run bf16 x bf16 -> f32
+// per row count (linear_internal::PrimitiveRows(m): a bounded set), created
+// on first use and cached: fixed-m primitives beat one runtime-m primitive
+// (which oneDNN 2.6 runs with its plain-layout gemm) by 1.4x at m = 1. A
+// call whose m is not a primitive's row count runs through padded
+// thread-local buffers. bf16 weights run bf16 x bf16 -> f32
 // (x is converted to bf16 first, since oneDNN 2.6 has no f32 x bf16 matmul
 // on CPU).
 class DnnlLinear final : public Linear {
@@ -91,7 +93,8 @@ class DnnlLinear final : public Linear {
     // The weights in the layout this primitive was created for.
     dnnl::memory weights;
   };
-  Cached& PrimitiveFor(int64_t m);
+  // The primitive of `rows` rows (a PrimitiveRows value).
+  Cached& PrimitiveFor(int64_t rows);
 
   absl::Status Forward(const float* x, int64_t m, float* y) override;
   std::string Describe() const override {
@@ -105,8 +108,8 @@ class DnnlLinear final : public Linear {
   dnnl::memory weights_;
   std::shared_ptr<void> weights_buffer_;  // weights_'s bytes, when ours
   absl::flat_hash_map<int64_t, Cached> cache_;
-  // The weights in other layouts, made on demand for an m whose primitive
-  // refuses weights_'s (none on AVX-512 CPUs).
+  // The weights in other layouts, made on demand for a row count whose
+  // primitive refuses weights_'s (none on AVX-512 CPUs).
   std::vector<dnnl::memory> other_layouts_;
   std::vector<std::shared_ptr<void>> other_buffers_;
   std::vector<uint16_t> x_bf16_;  // scratch for bf16 weights
@@ -146,17 +149,17 @@ void DnnlLinear::Init(absl::Span<const WeightTensor> weights) {
   for (const WeightTensor& w : weights) ReleasePages(w.data, w.bytes());
 }
 
-DnnlLinear::Cached& DnnlLinear::PrimitiveFor(int64_t m) {
-  auto it = cache_.find(m);
+DnnlLinear::Cached& DnnlLinear::PrimitiveFor(int64_t rows) {
+  auto it = cache_.find(rows);
   if (it != cache_.end()) return it->second;
   dnnl::matmul::primitive_desc pd;
   dnnl::memory weights = weights_;
   try {
-    pd = MatmulDesc(m, k_, n_, dtype_, weights_.get_desc());
+    pd = MatmulDesc(rows, k_, n_, dtype_, weights_.get_desc());
   } catch (const dnnl::error&) {
-    // This m wants another layout: keep one copy per such layout.
+    // This row count wants another layout: keep one copy per such layout.
     const dnnl::memory::desc any({k_, n_}, DnnlType(dtype_), tag::any);
-    pd = MatmulDesc(m, k_, n_, dtype_, any);
+    pd = MatmulDesc(rows, k_, n_, dtype_, any);
     const dnnl::memory::desc layout = pd.weights_desc();
     auto found = std::find_if(
         other_layouts_.begin(), other_layouts_.end(),
@@ -171,27 +174,48 @@ DnnlLinear::Cached& DnnlLinear::PrimitiveFor(int64_t m) {
     }
   }
   return cache_
-      .emplace(m, Cached{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(),
-                         std::move(weights)})
+      .emplace(rows, Cached{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(),
+                            std::move(weights)})
       .first->second;
 }
 
 absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) try {
-  Cached& c = PrimitiveFor(m);
+  const int64_t rows = linear_internal::PrimitiveRows(m);
+  Cached& c = PrimitiveFor(rows);
+  // rows > m: x's rows and then zeros in, y's rows out of these (one pair
+  // for every DnnlLinear of the thread: the model's run one at a time).
+  thread_local std::vector<float> padded_x, padded_y;
   const void* src = x;
+  float* dst = y;
   if (dtype_ == DType::kBF16) {
-    const int64_t n = m * k_;
-    if (static_cast<int64_t>(x_bf16_.size()) < n) x_bf16_.resize(n);
-    ConvertFloatToBf16(x, n, x_bf16_.data());
+    if (static_cast<int64_t>(x_bf16_.size()) < rows * k_) {
+      x_bf16_.resize(rows * k_);
+    }
+    ConvertFloatToBf16(x, m * k_, x_bf16_.data());
+    std::fill(x_bf16_.begin() + m * k_, x_bf16_.begin() + rows * k_, 0);
     src = x_bf16_.data();
+  } else if (rows > m) {
+    if (static_cast<int64_t>(padded_x.size()) < rows * k_) {
+      padded_x.resize(rows * k_);
+    }
+    std::copy(x, x + m * k_, padded_x.begin());
+    std::fill(padded_x.begin() + m * k_, padded_x.begin() + rows * k_, 0.0f);
+    src = padded_x.data();
+  }
+  if (rows > m) {
+    if (static_cast<int64_t>(padded_y.size()) < rows * n_) {
+      padded_y.resize(rows * n_);
+    }
+    dst = padded_y.data();
   }
   dnnl::memory src_mem(c.src_md, DnnlEngine(), const_cast<void*>(src));
-  dnnl::memory dst_mem(c.dst_md, DnnlEngine(), y);
+  dnnl::memory dst_mem(c.dst_md, DnnlEngine(), dst);
   dnnl::stream& stream = DnnlStream();
   c.primitive.execute(stream, {{DNNL_ARG_SRC, src_mem},
                                {DNNL_ARG_WEIGHTS, c.weights},
                                {DNNL_ARG_DST, dst_mem}});
   stream.wait();
+  if (dst != y) std::copy(dst, dst + m * n_, y);
   return absl::OkStatus();
 } catch (const dnnl::error& e) {
   return absl::InternalError(absl::StrFormat(
@@ -214,7 +238,7 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateDnnlLinear(
     linear->Init(weights);
     for (int64_t rows : {int64_t{1}, std::max<int64_t>(1, options.max_rows)}) {
       m = rows;
-      linear->PrimitiveFor(m);
+      linear->PrimitiveFor(PrimitiveRows(m));
     }
   } catch (const dnnl::error& e) {
     return absl::UnimplementedError(absl::StrFormat(

@@ -1,5 +1,9 @@
 #include "core/dnnl/linear.h"
 
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
 #include "absl/strings/str_format.h"
 #include "core/dnnl/context.h"
 
@@ -23,5 +27,18 @@ absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(
   }
   return linear_internal::CreateBlockLinear(weights, options);
 }
+
+namespace linear_internal {
+
+int64_t PrimitiveRows(int64_t m) {
+  constexpr int64_t kExactRows = 16;
+  if (m <= kExactRows) return m;
+  const int octave = std::bit_width(static_cast<uint64_t>(m - 1));
+  const int64_t step =
+      std::max<int64_t>(kExactRows, int64_t{1} << (octave - 4));
+  return (m + step - 1) / step * step;
+}
+
+}  // namespace linear_internal
 
 }  // namespace kvserve

@@ -84,6 +84,18 @@ class Linear {
 };
 
 namespace linear_internal {
+// The row count of the oneDNN primitive that computes m rows: m itself up
+// to 16 (decode batches), above it m rounded up to a multiple of
+// max(16, 2^(bit_width(m - 1) - 4)), eight sizes an octave: at most 12.5%
+// padding rows above 128 rows (more below, where reading the weights, not
+// the rows, dominates a step's time). Primitives are made per
+// row count and kept; one per distinct m grew a server by ~200 KiB for
+// every new batch size the scheduler made, up to max_rows sizes (the soak,
+// tests/soak/, saw 95 new sizes in 25 s). With these sizes a matrix holds
+// at most 39 primitives up to 512 rows. The rows past m are computed on
+// zeros in thread-local buffers and dropped.
+int64_t PrimitiveRows(int64_t m);
+
 // The two implementations (dnnl_linear.cc, block_linear.cc). Both may
 // return UNIMPLEMENTED; neither throws.
 absl::StatusOr<std::unique_ptr<Linear>> CreateDnnlLinear(

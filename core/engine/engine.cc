@@ -104,7 +104,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                             .head_dim = c.head_dim},
           .vocab_size = c.vocab_size,
           .max_context = e->max_context_,
-          .session_dir_max_bytes = options.session_dir_max_bytes},
+          .session_dir_max_bytes = options.session_dir_max_bytes,
+          .on_evicted =
+              [observer](std::string_view reason) {
+                if (observer != nullptr) observer->OnEviction(reason);
+              }},
       e->sessions_.get(), e->prefix_cache_.get(),
       [e = e.get()](std::string_view message) { e->Warn(message); });
   if (!tiers.ok()) return tiers.status();
@@ -289,6 +293,11 @@ void Engine::Loop() {
   // Lazily written KV snapshots are brought up to date on the way out;
   // the writer finishes every write, and the replies waiting for them go.
   tiers_->SnapshotAll();
+  // Replies waiting for a write run while the tiers exist (they describe
+  // the session, or remove it); the writes they queue, the tiers' destructor
+  // finishes.
+  tiers_->Flush();
+  RunQueuedCommands();
   tiers_.reset();
   RunQueuedCommands();
 }

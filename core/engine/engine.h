@@ -149,6 +149,10 @@ class Engine {
     });
   }
 
+  // Starts a new session's log (SessionTiers::StartLog) and replies with
+  // the session once it is on disk; a session whose log cannot be written
+  // is deleted (UNAVAILABLE naming why).
+  void StartSessionLog(Session& s, Callback<SessionInfo> done);
   // A tiers' Done that runs `then` on the engine thread.
   SessionTiers::Done OnEngineThread(
       absl::AnyInvocable<void(absl::Status) &&> then);

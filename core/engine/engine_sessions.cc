@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/engine/engine.h"
+#include "core/util/quote.h"
 
 namespace kvserve {
 namespace {
@@ -127,8 +128,9 @@ void Engine::CreateSession(CreateSessionParams params,
     if (params.id.empty()) {
       s = sessions_->Create(params.owner, params.ttl, absl::Now());
     } else if (!IsValidSessionId(params.id)) {
-      return std::move(done)(absl::InvalidArgumentError(absl::StrFormat(
-          "session_id \"%s\" is not 32 lowercase hex digits", params.id)));
+      return std::move(done)(absl::InvalidArgumentError(
+          absl::StrFormat("session_id %s is not 32 lowercase hex digits",
+                          QuoteClientText(params.id))));
     } else if (tiers_->Exists(params.id)) {
       return std::move(done)(absl::AlreadyExistsError(
           absl::StrFormat("session %s already exists", params.id)));
@@ -136,47 +138,50 @@ void Engine::CreateSession(CreateSessionParams params,
       const absl::Time now = absl::Now();
       s = sessions_->Insert(params.id, params.owner, params.ttl, now, now);
     }
-    tiers_->StartLog(*s, OnEngineThread([this, id = s->id,
-                                         params = std::move(params),
-                                         done = std::move(done),
-                                         slot = std::move(slot)](
-                                            absl::Status logged) mutable {
-      Session* s = sessions_->Get(id);
-      if (s == nullptr) return std::move(done)(SessionGone(id));
-      if (!logged.ok()) {
-        sessions_->Delete(id);
-        tiers_->Remove(id);
-        return std::move(done)(NotDurable(id, logged));
-      }
-      const auto* text = std::get_if<std::string>(&params.initial);
-      if (text != nullptr && text->empty()) {
-        return std::move(done)(Describe(*s, false));
-      }
-      // The initial input is prefilled like an Append; the reply waits.
-      GenerateParams gp;
-      gp.session_id = id;
-      gp.owner = params.owner;
-      gp.prompt = std::move(params.initial);
-      gp.parse_special = params.parse_special;
-      gp.generate = false;
-      auto* sink = new CreateSessionSink(
-          [this, id, done = std::move(done)](
-              absl::StatusOr<GenerateResult> result) mutable {
-            if (result.ok() && result->session.has_value()) {
-              return std::move(done)(*std::move(result->session));
-            }
-            Session* found = sessions_->Get(id);
-            if (found != nullptr && !found->busy) {
-              sessions_->Delete(id);
-              tiers_->Remove(id);
-            }
-            if (!result.ok()) return std::move(done)(result.status());
-            std::move(done)(absl::InternalError(absl::StrFormat(
-                "session %s: the initial prefill returned no session", id)));
-          });
-      Enqueue(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
-    }));
+    const auto* text = std::get_if<std::string>(&params.initial);
+    if (text != nullptr && text->empty()) {
+      return StartSessionLog(*s, std::move(done));
+    }
+    // The initial input is prefilled like an Append, before the log is
+    // started: its first record holds the initial tokens, so a crash
+    // mid-create leaves no session rather than an empty one whose
+    // CreateSession the client never saw succeed.
+    const std::string id = s->id;
+    GenerateParams gp;
+    gp.session_id = id;
+    gp.owner = params.owner;
+    gp.prompt = std::move(params.initial);
+    gp.parse_special = params.parse_special;
+    gp.generate = false;
+    auto* sink = new CreateSessionSink(
+        [this, id, done = std::move(done)](
+            absl::StatusOr<GenerateResult> result) mutable {
+          Session* found = sessions_->Get(id);
+          if (result.ok() && result->session.has_value() && found != nullptr) {
+            return StartSessionLog(*found, std::move(done));
+          }
+          if (found != nullptr && !found->busy) sessions_->Delete(id);
+          if (!result.ok()) return std::move(done)(result.status());
+          if (found == nullptr) return std::move(done)(SessionGone(id));
+          std::move(done)(absl::InternalError(absl::StrFormat(
+              "session %s: the initial prefill returned no session", id)));
+        });
+    Enqueue(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
   });
+}
+
+void Engine::StartSessionLog(Session& s, Callback<SessionInfo> done) {
+  tiers_->StartLog(s, OnEngineThread([this, id = s.id, done = std::move(done)](
+                                         absl::Status logged) mutable {
+                     Session* s = sessions_->Get(id);
+                     if (s == nullptr) return std::move(done)(SessionGone(id));
+                     if (!logged.ok()) {
+                       sessions_->Delete(id);
+                       tiers_->Remove(id);
+                       return std::move(done)(NotDurable(id, logged));
+                     }
+                     std::move(done)(Describe(*s, false));
+                   }));
 }
 
 void Engine::GetSession(std::string id, std::string owner, bool include_tokens,
@@ -242,19 +247,7 @@ void Engine::ForkSession(std::string id, std::string owner,
     child->tokens = (*parent)->tokens;
     child->messages = (*parent)->messages;
     child->kv = (*parent)->kv.Fork();
-    tiers_->StartLog(
-        *child,
-        OnEngineThread([this, child_id = child->id,
-                        done = std::move(done)](absl::Status logged) mutable {
-          Session* child = sessions_->Get(child_id);
-          if (child == nullptr) return std::move(done)(SessionGone(child_id));
-          if (!logged.ok()) {
-            sessions_->Delete(child_id);
-            tiers_->Remove(child_id);
-            return std::move(done)(NotDurable(child_id, logged));
-          }
-          std::move(done)(Describe(*child, false));
-        }));
+    StartSessionLog(*child, std::move(done));
   });
 }
 
@@ -268,7 +261,7 @@ void Engine::TruncateSession(std::string id, std::string owner, int64_t tokens,
     if (tokens < 0 || tokens > static_cast<int64_t>(s.tokens.size())) {
       return std::move(done)(absl::InvalidArgumentError(
           absl::StrFormat("tokens must be in [0, %d] for session %s, got %d",
-                          s.tokens.size(), id, tokens)));
+                          s.tokens.size(), QuoteClientText(id), tokens)));
     }
     // The conversation no longer matches a cut history: the next chat turn
     // starts a new one (rendered against what is kept).

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "core/session/session_store.h"
 #include "core/util/little_endian.h"
+#include "core/util/quote.h"
 #include "core/util/xxhash64.h"
 
 namespace kvserve {
@@ -358,7 +359,7 @@ absl::StatusOr<std::string> SessionDir::ReadSnapshot(
     std::string_view id) const {
   if (!IsValidId(id)) {
     return absl::NotFoundError(
-        absl::StrFormat("no KV snapshot for session %s", id));
+        absl::StrFormat("no KV snapshot for session %s", QuoteClientText(id)));
   }
   return ReadFile(SnapshotPath(id));
 }
@@ -380,12 +381,14 @@ void SessionDir::RemoveSnapshot(std::string_view id) {
 
 absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
   if (!IsValidId(id)) {
-    return absl::NotFoundError(absl::StrFormat("session %s not found", id));
+    return absl::NotFoundError(
+        absl::StrFormat("session %s not found", QuoteClientText(id)));
   }
   absl::StatusOr<std::string> data = ReadFile(LogPath(id));
   if (!data.ok()) {
     if (absl::IsNotFound(data.status())) {
-      return absl::NotFoundError(absl::StrFormat("session %s not found", id));
+      return absl::NotFoundError(
+          absl::StrFormat("session %s not found", QuoteClientText(id)));
     }
     return data.status();
   }

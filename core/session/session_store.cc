@@ -5,6 +5,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
+#include "core/util/quote.h"
 
 namespace kvserve {
 
@@ -51,7 +52,8 @@ absl::StatusOr<Session*> SessionStore::Lookup(std::string_view id,
                                               std::string_view owner) {
   auto it = sessions_.find(absl::string_view(id.data(), id.size()));
   if (it == sessions_.end() || it->second->owner != owner) {
-    return absl::NotFoundError(absl::StrFormat("session %s not found", id));
+    return absl::NotFoundError(
+        absl::StrFormat("session %s not found", QuoteClientText(id)));
   }
   return it->second.get();
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/session/session_dir.h"
 #include "core/util/check.h"
+#include "core/util/quote.h"
 
 namespace kvserve {
 
@@ -257,7 +258,8 @@ struct SessionTiers::Impl {
   }
 
   absl::Status NotFound(std::string_view id) const {
-    return absl::NotFoundError(absl::StrFormat("session %s not found", id));
+    return absl::NotFoundError(
+        absl::StrFormat("session %s not found", QuoteClientText(id)));
   }
 
   // Why a session read from the directory cannot be served, if it cannot.
@@ -522,6 +524,7 @@ struct SessionTiers::Impl {
       durable.erase(AbslView(id));
       writer->EnqueueRemove(id, nullptr);
       store->Delete(id);
+      if (options.on_evicted) options.on_evicted("ttl");
       if (used + bytes <= quota) return true;
     }
     return false;
@@ -631,7 +634,8 @@ absl::StatusOr<Session*> SessionTiers::FindIdle(std::string_view id,
   absl::StatusOr<Session*> s = Find(id, owner);
   if (s.ok() && (*s)->busy) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "session %s is busy with a Generate or Append; cancel it first", id));
+        "session %s is busy with a Generate or Append; cancel it first",
+        QuoteClientText(id)));
   }
   return s;
 }

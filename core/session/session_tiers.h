@@ -81,6 +81,10 @@ struct SessionTiersOptions {
   // Quota on the bytes of the directory's logs and snapshots (of the
   // sessions this process serves); 0: none. See "Quota" above.
   int64_t session_dir_max_bytes = 0;
+  // Told the reason of each session the tiers delete, on the calling thread:
+  // "ttl" for an expired one deleted to make room under the quota (the
+  // reason the engine's own sweep of expired sessions reports). May be null.
+  std::function<void(std::string_view reason)> on_evicted{};
 };
 
 enum class Tier { kRam, kDisk, kTokens };

@@ -648,13 +648,16 @@ class Soak {
     row("clients killed mid-stream (kvctl)",
         drops > 0 ? absl::StrCat("PASS (", drops, ")") : "FAIL: none");
     std::cout << "\nby operation (ok/refused/fault/failed):\n";
-    for (const auto& [kind, counts] : s.by_kind) {
+    for (const auto& entry : s.by_kind) {
+      const auto& counts = entry.second;  // (a lambda cannot capture a
+                                          // structured binding in C++17)
       auto get = [&](const char* k) {
         auto it = counts.find(k);
         return it == counts.end() ? int64_t{0} : it->second;
       };
-      std::cout << absl::StrFormat("  %-30s %6d %6d %6d %6d\n", kind, get("ok"),
-                                   get("refused"), get("fault"), get("failed"));
+      std::cout << absl::StrFormat("  %-30s %6d %6d %6d %6d\n", entry.first,
+                                   get("ok"), get("refused"), get("fault"),
+                                   get("failed"));
     }
     std::cout << "faults by how they ended:\n";
     for (const auto& [key, count] : s.faults) {

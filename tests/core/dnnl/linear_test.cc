@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,9 +124,10 @@ TEST_P(LinearTest, MatchesDoubleReferenceForEveryRowCount) {
   MAKE_LINEAR_OR_SKIP(linear, w.tensor);
   EXPECT_EQ(linear.in_features(), c.k);
   EXPECT_EQ(linear.out_features(), c.n);
-  // Each m twice, interleaved, so cached primitives are reused.
+  // Each m twice, interleaved, so cached primitives are reused; 100 and
+  // 513 run padded (linear_internal::PrimitiveRows), 112 on 100's primitive.
   for (int pass = 0; pass < 2; ++pass) {
-    for (int64_t m : {1, 3, 64, 513}) {
+    for (int64_t m : {1, 3, 64, 100, 112, 513}) {
       SCOPED_TRACE(testing::Message() << "m=" << m << " pass " << pass);
       const std::vector<float> x = RandomInput(m, c.k, 100 + m + pass);
       std::vector<float> y(m * c.n, std::numeric_limits<float>::quiet_NaN());
@@ -199,6 +201,32 @@ TEST(LinearCreateTest, Bf16RunsOnEveryCpu) {
   if (EffectiveIsa() < IsaLevel::kAvx512) {
     EXPECT_FALSE(DnnlHasBf16Matmul());
   }
+}
+
+// A server's batches take every size up to max_batch_tokens; the
+// primitives made for them must not (tests/soak saw ~200 KiB per size).
+TEST(PrimitiveRowsTest, FewSizesLittlePaddingExactForDecode) {
+  using linear_internal::PrimitiveRows;
+  std::set<int64_t> sizes;
+  for (int64_t m = 1; m <= 512; ++m) {
+    const int64_t rows = PrimitiveRows(m);
+    ASSERT_GE(rows, m);
+    if (m <= 16) {
+      EXPECT_EQ(rows, m);
+    }
+    if (m > 128) {
+      EXPECT_LE(rows, m + m / 8) << m;
+    }
+    EXPECT_EQ(PrimitiveRows(rows), rows) << m;  // each size is its own
+    sizes.insert(rows);
+  }
+  EXPECT_EQ(sizes.size(), 39u);
+  for (int64_t m : {32, 64, 128, 256, 512, 1024}) {
+    EXPECT_EQ(PrimitiveRows(m), m);
+  }
+  EXPECT_EQ(PrimitiveRows(17), 32);
+  EXPECT_EQ(PrimitiveRows(129), 144);
+  EXPECT_EQ(PrimitiveRows(513), 576);
 }
 
 TEST(LinearCreateTest, RejectsMismatchedColumns) {

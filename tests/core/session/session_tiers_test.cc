@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "core/session/session_dir.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -72,7 +73,10 @@ struct Node {
                                                  .head_dim = 4},
                                 .vocab_size = kVocab,
                                 .max_context = kMaxContext,
-                                .session_dir_max_bytes = max_bytes};
+                                .session_dir_max_bytes = max_bytes,
+                                .on_evicted = [this](std::string_view reason) {
+                                  evictions.push_back(std::string(reason));
+                                }};
     auto t = SessionTiers::Create(
         options, store.get(), cache.get(),
         [this](std::string_view message) { warnings.Add(message); });
@@ -137,6 +141,7 @@ struct Node {
   }
 
   Warnings warnings;  // outlives tiers, whose writer may warn while draining
+  std::vector<std::string> evictions;  // on_evicted's reasons
   std::unique_ptr<BlockPool> pool;
   std::unique_ptr<SessionStore> store;
   std::unique_ptr<PrefixCache> cache;
@@ -884,6 +889,7 @@ TEST_F(SessionTiersQuotaTest, ExpiredSessionsGoAfterSnapshots) {
   EXPECT_FALSE(dir_->HasSnapshot(live->id));
   EXPECT_NE(node_->store->Get(expired->id), nullptr);
   EXPECT_EQ(TokensOnDisk(fresh->id), Range(kTokens));
+  EXPECT_THAT(node_->evictions, ::testing::IsEmpty());
 
   // With no snapshot left to drop, the expired session goes.
   Limit(2, 0);
@@ -894,6 +900,8 @@ TEST_F(SessionTiersQuotaTest, ExpiredSessionsGoAfterSnapshots) {
   node_->tiers->Flush();
   EXPECT_EQ(node_->store->Get(expired_id), nullptr);
   EXPECT_EQ(dir_->LogSize(expired_id), -1);
+  // Counted like the engine's own sweep of expired sessions.
+  EXPECT_THAT(node_->evictions, ::testing::ElementsAre("ttl"));
   EXPECT_EQ(TokensOnDisk(live->id), Range(kTokens));
   EXPECT_EQ(TokensOnDisk(fresh->id), Range(kTokens));
   EXPECT_EQ(node_->warnings.size(), 0u);
