@@ -11,7 +11,7 @@ DEPS := cmake make g++ pkg-config clang-format \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libxxhash-dev \
-  libssl-dev openssl libcpp-httplib-dev python3-jinja2 curl
+  libssl-dev openssl libcpp-httplib-dev libpcre2-dev python3-jinja2 curl
 
 # Tracked and new (not ignored) C++ files that exist: a file deleted or moved
 # but not yet committed is skipped, a new one is checked before its commit.

@@ -7,114 +7,6 @@
 #include "core/tokenizer/unicode.h"
 
 namespace kvserve {
-namespace {
-
-enum class Cls { kLetter, kNumber, kSpace, kOther };
-
-struct Char {
-  uint32_t cp;
-  uint32_t offset;
-  Cls cls;
-  bool newline;  // \r or \n
-};
-
-std::vector<Char> Classify(std::string_view text) {
-  std::vector<Char> out;
-  for (const Utf8Char& c : SplitUtf8(text)) {
-    Cls cls = Cls::kOther;
-    if (c.valid) {
-      if (IsLetter(c.cp)) {
-        cls = Cls::kLetter;
-      } else if (IsNumber(c.cp)) {
-        cls = Cls::kNumber;
-      } else if (IsWhiteSpace(c.cp)) {
-        cls = Cls::kSpace;
-      }
-    }
-    out.push_back(
-        {c.cp, c.offset, cls, c.valid && (c.cp == '\r' || c.cp == '\n')});
-  }
-  return out;
-}
-
-uint32_t Lower(uint32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp; }
-
-}  // namespace
-
-std::vector<std::string_view> BpeTokenizer::SplitLlama3(std::string_view text) {
-  const std::vector<Char> c = Classify(text);
-  const size_t n = c.size();
-  auto offset = [&](size_t i) {
-    return i < n ? c[i].offset : static_cast<uint32_t>(text.size());
-  };
-  auto is = [&](size_t i, Cls cls) { return i < n && c[i].cls == cls; };
-  auto run = [&](size_t i, Cls cls) {  // end of the run of `cls` from i
-    while (i < n && c[i].cls == cls) ++i;
-    return i;
-  };
-  std::vector<std::string_view> out;
-  for (size_t i = 0; i < n;) {
-    size_t end = i;
-    // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-    if (c[i].cp == '\'' && i + 1 < n) {
-      uint32_t a = Lower(c[i + 1].cp);
-      uint32_t b = i + 2 < n ? Lower(c[i + 2].cp) : 0;
-      if (a == 's' || a == 't' || a == 'm' || a == 'd') {
-        end = i + 2;
-      } else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
-                 (a == 'l' && b == 'l')) {
-        end = i + 3;
-      }
-    }
-    // [^\r\n\p{L}\p{N}]?\p{L}+
-    if (end == i) {
-      if (c[i].cls == Cls::kLetter) {
-        end = run(i, Cls::kLetter);
-      } else if (!c[i].newline && c[i].cls != Cls::kNumber &&
-                 is(i + 1, Cls::kLetter)) {
-        end = run(i + 1, Cls::kLetter);
-      }
-    }
-    // \p{N}{1,3}
-    if (end == i && c[i].cls == Cls::kNumber) {
-      end = i + 1;
-      while (end < n && end < i + 3 && c[end].cls == Cls::kNumber) ++end;
-    }
-    // ' '?[^\s\p{L}\p{N}]+[\r\n]*
-    if (end == i) {
-      size_t start = c[i].cp == ' ' && c[i].cls == Cls::kSpace ? i + 1 : i;
-      if (is(start, Cls::kOther)) {
-        end = run(start, Cls::kOther);
-        while (end < n && c[end].newline) ++end;
-      }
-    }
-    if (end == i && c[i].cls == Cls::kSpace) {
-      size_t ws_end = run(i, Cls::kSpace);
-      // \s*[\r\n]+ : up to the last newline of the whitespace run.
-      for (size_t k = ws_end; k > i; --k) {
-        if (c[k - 1].newline) {
-          end = k;
-          break;
-        }
-      }
-      // \s+(?!\S) : the run, minus its last char unless the text ends.
-      if (end == i) {
-        if (ws_end == n) {
-          end = ws_end;
-        } else if (ws_end - i >= 2) {
-          end = ws_end - 1;
-        } else {
-          end = ws_end;  // \s+
-        }
-      }
-    }
-    if (end == i) end = i + 1;  // unreachable: every class is covered
-    out.push_back(text.substr(offset(i), offset(end) - offset(i)));
-    i = end;
-  }
-  return out;
-}
-
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(
     Vocab vocab) {
   if (absl::Status s = vocab.Validate(); !s.ok()) return s;
@@ -122,21 +14,20 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "byte-level BPE tokenizer needs model gpt2, got \"%s\"", vocab.model));
   }
-  const std::string& pre = vocab.pre_tokenizer;
-  if (pre != "llama-bpe" && pre != "llama3" && pre != "llama-v3") {
-    return absl::UnimplementedError(absl::StrFormat(
-        "gpt2 tokenizer with pre-tokenizer \"%s\" (key tokenizer.ggml.pre) is "
-        "not supported (supported: llama-bpe)",
-        pre));
-  }
-  auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(vocab)));
+  absl::StatusOr<PreTokenizer> pre = PreTokenizer::ForName(
+      vocab.pre_tokenizer.empty() ? "default" : vocab.pre_tokenizer);
+  if (!pre.ok()) return pre.status();
+  auto t = std::unique_ptr<BpeTokenizer>(
+      new BpeTokenizer(std::move(vocab), *std::move(pre)));
   if (absl::Status s = t->Init(); !s.ok()) return s;
   return t;
 }
 
-BpeTokenizer::BpeTokenizer(Vocab vocab)
+BpeTokenizer::BpeTokenizer(Vocab vocab, PreTokenizer pre_tokenizer)
     : vocab_(std::move(vocab)),
+      pre_tokenizer_(std::move(pre_tokenizer)),
       special_(vocab_),
+      user_defined_(vocab_, SpecialTokenMatcher::Kinds::kUserDefinedOnly),
       end_of_generation_(EndOfGenerationMask(vocab_)) {}
 
 absl::Status BpeTokenizer::Init() {
@@ -150,8 +41,15 @@ absl::Status BpeTokenizer::Init() {
     AppendUtf8(cp, byte_to_unicode_[b]);
     unicode_to_byte_[cp] = static_cast<uint8_t>(b);
   }
+  // Merges build the model's own tokens only: control and user-defined ones
+  // come from the special-token split (DeepSeek's user-defined "ÿ" is raw
+  // "\xC3\xBF", its byte-level namesake byte 0xFF).
   piece_to_id_.reserve(vocab_.tokens.size());
   for (int32_t id = 0; id < vocab_.size(); ++id) {
+    const TokenType type = vocab_.type(id);
+    if (type == TokenType::kControl || type == TokenType::kUserDefined) {
+      continue;
+    }
     piece_to_id_[vocab_.tokens[id]] = id;
   }
   merge_rank_.reserve(vocab_.merges.size());
@@ -197,11 +95,13 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
   if (options.add_bos && vocab_.add_bos && vocab_.bos_id >= 0) {
     out.push_back(vocab_.bos_id);
   }
-  if (!options.parse_special || special_.empty()) {
+  const SpecialTokenMatcher& matcher =
+      options.parse_special ? special_ : user_defined_;
+  if (matcher.empty()) {
     EncodeText(text, out);
     return out;
   }
-  for (const SpecialTokenMatcher::Fragment& f : special_.Split(text)) {
+  for (const SpecialTokenMatcher::Fragment& f : matcher.Split(text)) {
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {
@@ -213,8 +113,13 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
 
 void BpeTokenizer::EncodeText(std::string_view text,
                               std::vector<int32_t>& out) const {
+  // A match error (a PCRE2 resource limit) leaves the text unsplit: fewer
+  // merges, but every byte still encodes.
+  absl::StatusOr<std::vector<std::string_view>> words =
+      pre_tokenizer_.Split(text);
+  if (!words.ok()) words = std::vector<std::string_view>{text};
   std::string mapped;
-  for (std::string_view word : SplitLlama3(text)) {
+  for (std::string_view word : *words) {
     mapped.clear();
     for (char ch : word) mapped += byte_to_unicode_[static_cast<uint8_t>(ch)];
     EncodeWord(mapped, out);
@@ -223,9 +128,11 @@ void BpeTokenizer::EncodeText(std::string_view text,
 
 void BpeTokenizer::EncodeWord(std::string_view word,
                               std::vector<int32_t>& out) const {
-  if (int32_t id = Lookup(word); id >= 0) {  // ignore_merges
-    out.push_back(id);
-    return;
+  if (pre_tokenizer_.ignore_merges()) {
+    if (int32_t id = Lookup(word); id >= 0) {
+      out.push_back(id);
+      return;
+    }
   }
   std::vector<std::string_view> chars;
   for (const Utf8Char& c : SplitUtf8(word)) {

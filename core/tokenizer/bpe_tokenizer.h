@@ -1,14 +1,20 @@
-// BpeTokenizer: byte-level BPE (GGUF tokenizer.ggml.model "gpt2", as Llama 3
-// uses it). Encoding splits the text with the pre-tokenizer (only
-// "llama-bpe", Llama 3's regex, implemented by hand), maps each piece's bytes
-// to GPT-2's printable byte<->unicode alphabet, emits the piece whole when it
-// is a token (llama.cpp's ignore_merges for llama-bpe), else repeatedly merges
-// the adjacent pair of lowest merge rank (leftmost on ties). Decoding maps the
-// alphabet back to bytes; control tokens decode to nothing. There is no dummy
-// prefix and no space stripping after BOS. With EncodeOptions::parse_special
-// the text is first split at the vocabulary's special tokens
-// (special_tokens.h) and each run of text between them is pre-tokenized and
-// encoded alone.
+// BpeTokenizer: byte-level BPE (GGUF tokenizer.ggml.model "gpt2": GPT-2,
+// Llama 3, Qwen 2, DeepSeek, StarCoder, ...). Encoding splits the text with
+// the pre-tokenizer that tokenizer.ggml.pre names (pre_tokenizer.h), maps
+// each piece's bytes to GPT-2's printable byte<->unicode alphabet, emits the
+// piece whole when it is a token and the pre-tokenizer asks for that
+// (llama.cpp's ignore_merges, Llama 3), else repeatedly merges the adjacent
+// pair of lowest merge rank (leftmost on ties). Decoding maps the alphabet
+// back to bytes; control tokens decode to nothing. There is no dummy prefix
+// and no space stripping after BOS. The text is first split at the
+// vocabulary's user-defined tokens (special_tokens.h), and with
+// EncodeOptions::parse_special at its control tokens too; each run of text
+// between them is pre-tokenized and encoded alone. (User-defined tokens are
+// the Hugging Face tokenizer's non-special added tokens, which it always
+// matches, as llama.cpp's tokenizer_st_partition does: DeepSeek's "ü" is
+// one.)
+// Any bytes encode, well-formed UTF-8 or not, and decode back unchanged when
+// the vocabulary has all 256 byte symbols.
 //
 // Thread-safety: immutable after Create(); safe to share across threads.
 #ifndef KVSERVE_CORE_TOKENIZER_BPE_TOKENIZER_H_
@@ -23,6 +29,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/special_tokens.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/vocab.h"
@@ -31,16 +38,11 @@ namespace kvserve {
 
 class BpeTokenizer : public Tokenizer {
  public:
-  // REQUIRES: vocab.model == "gpt2". Fails, naming it, for a pre-tokenizer
-  // other than llama-bpe (aliases llama3, llama-v3), and for malformed merges.
+  // REQUIRES: vocab.model == "gpt2". Fails for a pre-tokenizer the table
+  // does not know (naming it and the supported ones; an empty
+  // vocab.pre_tokenizer is "default", as an absent GGUF key) and for
+  // malformed merges.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(Vocab vocab);
-
-  // The llama-bpe split of `text` into pieces (views into `text`; their
-  // concatenation is `text`), as the regex
-  //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
-  //   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  // would split it. Bytes that are not valid UTF-8 count as symbols.
-  static std::vector<std::string_view> SplitLlama3(std::string_view text);
 
   std::vector<int32_t> Encode(std::string_view text,
                               const EncodeOptions& options) const override;
@@ -52,7 +54,7 @@ class BpeTokenizer : public Tokenizer {
   bool IsEndOfGeneration(int32_t id) const override;
 
  private:
-  explicit BpeTokenizer(Vocab vocab);
+  BpeTokenizer(Vocab vocab, PreTokenizer pre_tokenizer);
   absl::Status Init();
   // Appends the ids for ordinary `text` (split, mapped, merged).
   void EncodeText(std::string_view text, std::vector<int32_t>& out) const;
@@ -60,6 +62,9 @@ class BpeTokenizer : public Tokenizer {
   int32_t Lookup(std::string_view piece) const;
 
   const Vocab vocab_;
+  const PreTokenizer pre_tokenizer_;
+  // Piece -> id of the tokens merges may build (neither control nor
+  // user-defined).
   absl::flat_hash_map<std::string, int32_t> piece_to_id_;
   // "left right" -> rank, keyed by the two pieces joined with a space.
   absl::flat_hash_map<std::string, int32_t> merge_rank_;
@@ -68,7 +73,8 @@ class BpeTokenizer : public Tokenizer {
   // The inverse, by code point (-1 outside the alphabet).
   absl::flat_hash_map<uint32_t, uint8_t> unicode_to_byte_;
   std::vector<std::string> decoded_;
-  const SpecialTokenMatcher special_;
+  const SpecialTokenMatcher special_;          // control and user-defined
+  const SpecialTokenMatcher user_defined_;     // user-defined only
   const std::vector<bool> end_of_generation_;  // by id
 };
 

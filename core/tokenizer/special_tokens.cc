@@ -32,11 +32,15 @@ constexpr std::string_view kEndOfTurnTexts[] = {
 
 }  // namespace
 
-SpecialTokenMatcher::SpecialTokenMatcher(const Vocab& vocab) {
+SpecialTokenMatcher::SpecialTokenMatcher(const Vocab& vocab, Kinds kinds) {
   first_byte_.fill(-1);
   for (int32_t id = 0; id < vocab.size(); ++id) {
     const std::string& text = vocab.tokens[id];
-    if (!IsSpecial(vocab.type(id)) || text.empty()) continue;
+    const TokenType type = vocab.type(id);
+    if (!IsSpecial(type) || text.empty() ||
+        (kinds == Kinds::kUserDefinedOnly && type != TokenType::kUserDefined)) {
+      continue;
+    }
     int32_t& first = first_byte_[static_cast<uint8_t>(text[0])];
     if (first < 0) {
       first = static_cast<int32_t>(nodes_.size());

@@ -37,9 +37,12 @@ class SpecialTokenMatcher {
   };
 
   // Indexes the non-empty texts of `vocab`'s kControl and kUserDefined
-  // tokens (byte, unknown and unused tokens are not special here). When two
-  // such tokens share a text, the higher id wins (as piece lookup does).
-  explicit SpecialTokenMatcher(const Vocab& vocab);
+  // tokens (byte, unknown and unused tokens are not special here), or its
+  // kUserDefined ones only. When two such tokens share a text, the higher id
+  // wins (as piece lookup does).
+  enum class Kinds { kControlAndUserDefined, kUserDefinedOnly };
+  explicit SpecialTokenMatcher(const Vocab& vocab,
+                               Kinds kinds = Kinds::kControlAndUserDefined);
 
   // `text` as fragments (views into `text`) whose concatenation is `text`.
   std::vector<Fragment> Split(std::string_view text) const;

@@ -19,7 +19,8 @@ struct EncodeOptions {
   bool add_dummy_prefix = true;
   // Match the vocabulary's control and user-defined tokens ("<|im_start|>",
   // "<|eot_id|>") in the text as whole tokens. Off for user text, so that it
-  // cannot forge control tokens; on for rendered chat templates.
+  // cannot forge control tokens; on for rendered chat templates. (Byte-level
+  // BPE matches user-defined tokens either way: bpe_tokenizer.h.)
   bool parse_special = false;
 };
 

@@ -10,9 +10,9 @@
 
 namespace kvserve {
 
-// "llama" -> SentencePiece-style BPE; "gpt2" -> byte-level BPE (only with the
-// "llama-bpe" pre-tokenizer). Errors name the unsupported model or
-// pre-tokenizer, or the inconsistency in the vocabulary.
+// "llama" -> SentencePiece-style BPE; "gpt2" -> byte-level BPE with the
+// pre-tokenizer Vocab::pre_tokenizer names (pre_tokenizer.h). Errors name the
+// unsupported model or pre-tokenizer, or the inconsistency in the vocabulary.
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(const Vocab& vocab);
 
 }  // namespace kvserve

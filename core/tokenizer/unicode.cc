@@ -1,39 +1,6 @@
 #include "core/tokenizer/unicode.h"
 
-#include <algorithm>
-
-#include "core/tokenizer/unicode_tables.h"
-
 namespace kvserve {
-namespace {
-
-bool InRanges(const unicode_tables::CodepointRange* ranges, size_t n,
-              uint32_t cp) {
-  const unicode_tables::CodepointRange* end = ranges + n;
-  // First range whose last >= cp.
-  const unicode_tables::CodepointRange* it = std::lower_bound(
-      ranges, end, cp, [](const unicode_tables::CodepointRange& r, uint32_t c) {
-        return r.last < c;
-      });
-  return it != end && it->first <= cp;
-}
-
-}  // namespace
-
-bool IsLetter(uint32_t cp) {
-  if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-  return InRanges(unicode_tables::kLetters, unicode_tables::kLettersSize, cp);
-}
-
-bool IsNumber(uint32_t cp) {
-  if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return InRanges(unicode_tables::kNumbers, unicode_tables::kNumbersSize, cp);
-}
-
-bool IsWhiteSpace(uint32_t cp) {
-  return InRanges(unicode_tables::kWhiteSpace, unicode_tables::kWhiteSpaceSize,
-                  cp);
-}
 
 std::vector<Utf8Char> SplitUtf8(std::string_view s) {
   std::vector<Utf8Char> out;

@@ -30,15 +30,17 @@ enum class TokenType : int32_t {
 struct Vocab {
   // "llama": SentencePiece-style BPE over scores, spaces as U+2581, byte
   //          fallback tokens "<0xNN>".
-  // "gpt2":  byte-level BPE over ranked merges (Llama 3), GPT-2's
-  //          byte<->unicode mapping, split by `pre_tokenizer` first.
+  // "gpt2":  byte-level BPE over ranked merges (GPT-2, Llama 3, Qwen 2,
+  //          ...), GPT-2's byte<->unicode mapping, split by `pre_tokenizer`
+  //          first.
   std::string model = "llama";
   std::vector<std::string> tokens;     // piece text, indexed by id
   std::vector<float> scores;           // llama: merge priority; may be empty
   std::vector<TokenType> token_types;  // empty = all kNormal
   std::vector<std::string> merges;     // gpt2: "left right", rank = index
-  std::string pre_tokenizer;           // gpt2: GGUF tokenizer.ggml.pre
-  int32_t bos_id = -1;                 // -1 = none
+  // gpt2: GGUF tokenizer.ggml.pre (pre_tokenizer.h); empty = "default".
+  std::string pre_tokenizer;
+  int32_t bos_id = -1;  // -1 = none
   int32_t eos_id = -1;
   int32_t eot_id = -1;  // end of turn (tokenizer.ggml.eot_token_id)
   int32_t eom_id = -1;  // end of message (tokenizer.ggml.eom_token_id)

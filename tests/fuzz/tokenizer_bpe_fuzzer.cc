@@ -1,11 +1,12 @@
 // Fuzzes BpeTokenizer (byte-level BPE, llama-bpe pre-tokenizer): Encode
-// under every EncodeOptions combination, then DecodeToken over the ids.
+// under every EncodeOptions combination, then DecodeToken over the ids; and
+// every pre-tokenizer of the table (pre_tokenizer.h), whose pieces must be
+// non-empty and concatenate back to the input.
 // With all 256 byte symbols in the vocabulary, any bytes round-trip exactly
 // without parse_special (bpe_tokenizer.h: no dummy prefix, no space
 // stripping after BOS, BOS decodes to nothing). The vocabulary is built in
 // process (as tests/core/tokenizer/bpe_tokenizer_test.cc's, with more
-// merges), plus Llama 3's special tokens; the pre-tokenizer split must
-// concatenate back to its input.
+// merges), plus Llama 3's special tokens.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,7 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/text/utf8_stream_decoder.h"
 #include "core/tokenizer/bpe_tokenizer.h"
+#include "core/tokenizer/pre_tokenizer.h"
 #include "core/tokenizer/unicode.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/tokenizer_common.h"
@@ -73,6 +76,7 @@ struct State {
   Vocab vocab;
   std::unique_ptr<BpeTokenizer> tokenizer;
   std::vector<std::string> specials;
+  std::vector<PreTokenizer> pre_tokenizers;  // the whole table
 };
 
 State& GetState() {
@@ -92,6 +96,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FUZZ_CHECK(t.ok(), "%s", t.status().ToString().c_str());
   s.tokenizer = *std::move(t);
   s.specials = fuzz::SpecialTexts(s.vocab);
+  for (const std::string& name : PreTokenizer::SupportedNames()) {
+    absl::StatusOr<PreTokenizer> pre = PreTokenizer::ForName(name);
+    FUZZ_CHECK(pre.ok(), "%s", pre.status().ToString().c_str());
+    s.pre_tokenizers.push_back(*std::move(pre));
+  }
   return 0;
 }
 
@@ -100,13 +109,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const State& s = GetState();
   const std::string_view text = fuzz::AsView(data, size);
 
-  std::string joined;
-  for (std::string_view piece : BpeTokenizer::SplitLlama3(text)) {
-    FUZZ_CHECK(!piece.empty(), "empty pre-tokenizer piece");
-    joined += piece;
-  }
-  FUZZ_CHECK(joined == text, "pre-tokenizer pieces do not concatenate to %s",
+  // The pre-tokenizers trust IsValidUtf8 to skip PCRE2's own UTF check;
+  // SplitUtf8 (byte-level BPE's decoder) must agree with it.
+  bool valid = true;
+  for (const Utf8Char& c : SplitUtf8(text)) valid = valid && c.valid;
+  FUZZ_CHECK(IsValidUtf8(text) == valid, "IsValidUtf8 is %d for %s", !valid,
              fuzz::Hex(text).c_str());
+  for (const PreTokenizer& pre : s.pre_tokenizers) {
+    absl::StatusOr<std::vector<std::string_view>> pieces = pre.Split(text);
+    FUZZ_CHECK(pieces.ok(), "%s: %s", pre.name().c_str(),
+               pieces.status().ToString().c_str());
+    std::string joined;
+    for (std::string_view piece : *pieces) {
+      FUZZ_CHECK(!piece.empty(), "%s: empty pre-tokenizer piece",
+                 pre.name().c_str());
+      joined += piece;
+    }
+    FUZZ_CHECK(joined == text, "%s: pieces do not concatenate to %s",
+               pre.name().c_str(), fuzz::Hex(text).c_str());
+  }
 
   fuzz::CheckEncodeDecode(
       *s.tokenizer, s.vocab, s.specials, text,

@@ -17,87 +17,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<std::string> Split(std::string_view text) {
-  std::vector<std::string> out;
-  for (std::string_view p : BpeTokenizer::SplitLlama3(text)) {
-    out.emplace_back(p);
-  }
-  return out;
-}
-
-TEST(Llama3SplitTest, MatchesTheRegex) {
-  EXPECT_THAT(Split("Hello world"), ElementsAre("Hello", " world"));
-  EXPECT_THAT(Split("I'm here, it's 12345 dollars!!\n\nOK"),
-              ElementsAre("I", "'m", " here", ",", " it", "'s", " ", "123",
-                          "45", " dollars", "!!\n\n", "OK"));
-  EXPECT_THAT(Split("HE'LL we'VE they're"),
-              ElementsAre("HE", "'LL", " we", "'VE", " they", "'re"));
-  EXPECT_THAT(Split("a  \n\n  b"), ElementsAre("a", "  \n\n", " ", " b"));
-  EXPECT_THAT(Split("   "), ElementsAre("   "));
-  EXPECT_THAT(Split("x\t"), ElementsAre("x", "\t"));
-  EXPECT_THAT(Split("hello\r\nworld"), ElementsAre("hello", "\r\n", "world"));
-  EXPECT_THAT(Split(" \nfoo"), ElementsAre(" \n", "foo"));
-  EXPECT_THAT(Split("$100 ?!"), ElementsAre("$", "100", " ?!"));
-  EXPECT_THAT(Split("(x)"), ElementsAre("(x", ")"));
-  // CJK letters (Lo), Arabic-Indic digits (Nd), emoji (So), accented Latin.
-  EXPECT_THAT(
-      Split("\xE6\x97\xA5\xE6\x9C\xAC \xE3\x83\x86\xE3\x82\xAD"),
-      ElementsAre("\xE6\x97\xA5\xE6\x9C\xAC", " \xE3\x83\x86\xE3\x82\xAD"));
-  EXPECT_THAT(Split("\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4"),
-              ElementsAre("\xD9\xA1\xD9\xA2\xD9\xA3", "\xD9\xA4"));
-  EXPECT_THAT(Split("\xF0\x9F\x98\x80\xF0\x9F\x98\x80 ok"),
-              ElementsAre("\xF0\x9F\x98\x80\xF0\x9F\x98\x80", " ok"));
-  EXPECT_THAT(Split("caf\xC3\xA9 na\xC3\xAFve"),
-              ElementsAre("caf\xC3\xA9", " na\xC3\xAFve"));
-  // Invalid UTF-8 bytes are symbols of their own class; nothing is lost.
-  EXPECT_THAT(Split("\xFF\xFE"
-                    "ab"),
-              ElementsAre("\xFF\xFE", "ab"));
-  EXPECT_TRUE(Split("").empty());
-}
-
-TEST(Llama3SplitTest, PiecesConcatenateToTheInput) {
-  std::mt19937 rng(5);
-  const std::vector<std::string> parts = {"a",
-                                          "Z",
-                                          " ",
-                                          "  ",
-                                          "\n",
-                                          "\r\n",
-                                          "\t",
-                                          "'s",
-                                          "'LL",
-                                          "7",
-                                          "42",
-                                          "!",
-                                          "...",
-                                          "\xC3\xA9",
-                                          "\xE6\x97\xA5",
-                                          "\xF0\x9F\x98\x80",
-                                          "\xFF"};
-  for (int trial = 0; trial < 500; ++trial) {
-    std::string text;
-    for (int k = rng() % 16; k > 0; --k) text += parts[rng() % parts.size()];
-    std::string joined;
-    for (std::string_view p : BpeTokenizer::SplitLlama3(text)) {
-      ASSERT_FALSE(p.empty());
-      joined += p;
-    }
-    ASSERT_EQ(joined, text);
-  }
-}
-
-TEST(UnicodeTest, Classes) {
-  EXPECT_TRUE(IsLetter('a'));
-  EXPECT_TRUE(IsLetter(0xE9));    // é
-  EXPECT_TRUE(IsLetter(0x65E5));  // 日
-  EXPECT_FALSE(IsLetter('1'));
-  EXPECT_TRUE(IsNumber(0x661));  // Arabic-Indic one
-  EXPECT_TRUE(IsNumber(0xBD));   // ½ (No)
-  EXPECT_FALSE(IsNumber(0x1F600));
-  EXPECT_TRUE(IsWhiteSpace(0x3000));
-  EXPECT_TRUE(IsWhiteSpace('\n'));
-  EXPECT_FALSE(IsWhiteSpace(0x200B));  // zero width space is not White_Space
+TEST(UnicodeTest, SplitUtf8KeepsEveryByte) {
   std::vector<Utf8Char> c = SplitUtf8("a\xC3\xA9\xE0\x80\x80");  // overlong
   ASSERT_EQ(c.size(), 5u);
   EXPECT_EQ(c[1].cp, 0xE9u);
@@ -246,6 +166,34 @@ TEST(BpeTokenizerTest, ParseSpecialMatchesWholeTokens) {
   EXPECT_EQ(DecodeAll(*t, plain), "he<|eot_id|>");
 }
 
+// User-defined tokens (the Hugging Face tokenizer's non-special added
+// tokens) are matched without parse_special too; control tokens are not.
+TEST(BpeTokenizerTest, UserDefinedTokensAreAlwaysMatched) {
+  std::unique_ptr<Tokenizer> t = MustCreate(SmallGpt2ChatVocab());
+  ASSERT_NE(t, nullptr);
+  const EncodeOptions plain{.add_bos = false};
+  EXPECT_THAT(t->Encode("he<|im_end|>", plain), ElementsAre(256, 271));
+  // Without parse_special "<|im_start|>" is not the control token 269 but
+  // user-defined "<|im" and ordinary text.
+  std::vector<int32_t> ids = t->Encode("<|im_start|>", plain);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 270);
+  EXPECT_THAT(ids, ::testing::Not(::testing::Contains(269)));
+  EXPECT_EQ(DecodeAll(*t, ids), "<|im_start|>");
+
+  // A user-defined token whose text is a byte symbol's ("ÿ" is byte 0xFF's
+  // symbol, DeepSeek's vocabulary has both): raw "ÿ" is the user-defined
+  // token, raw byte 0xFF the byte symbol.
+  Vocab v = SmallGpt2Vocab();
+  v.tokens.push_back(Gpt2Char(0xFF));  // 268
+  v.token_types.push_back(TokenType::kUserDefined);
+  t = MustCreate(v);
+  ASSERT_NE(t, nullptr);
+  EXPECT_THAT(t->Encode("\xC3\xBF", plain), ElementsAre(268));
+  EXPECT_THAT(t->Encode("\xFF", plain), ElementsAre(0xFF));
+  EXPECT_EQ(DecodeAll(*t, t->Encode("a\xFF\xC3\xBF", plain)), "a\xFF\xC3\xBF");
+}
+
 TEST(BpeTokenizerTest, EndOfGeneration) {
   Vocab v = SmallGpt2ChatVocab();
   std::unique_ptr<Tokenizer> t = MustCreate(v);
@@ -260,15 +208,28 @@ TEST(BpeTokenizerTest, EndOfGeneration) {
   EXPECT_TRUE(t->IsEndOfGeneration(269));
 }
 
-TEST(BpeTokenizerTest, RefusesOtherPreTokenizers) {
-  for (const char* pre : {"default", "gpt-2", "qwen2", ""}) {
+TEST(BpeTokenizerTest, PreTokenizerFromTheVocabulary) {
+  for (const char* pre : {"no-such-pre", "Llama-BPE", "gpt2"}) {
     Vocab v = SmallGpt2Vocab();
     v.pre_tokenizer = pre;
     absl::StatusOr<std::unique_ptr<Tokenizer>> t = CreateTokenizer(v);
     ASSERT_FALSE(t.ok()) << pre;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_THAT(t.status().message(),
                 HasSubstr(std::string("\"") + pre + "\""));
     EXPECT_THAT(t.status().message(), HasSubstr("llama-bpe"));
+    EXPECT_THAT(t.status().message(), HasSubstr("deepseek-llm"));
+  }
+  // Only Llama 3's pre-tokenizer takes a piece that is a token whole
+  // (ignore_merges); the others merge: "xyz" has no merges, so 3 tokens.
+  const EncodeOptions no_bos{.add_bos = false};
+  for (const char* pre : {"", "default", "gpt-2", "qwen2", "starcoder"}) {
+    Vocab v = SmallGpt2Vocab();
+    v.pre_tokenizer = pre;
+    std::unique_ptr<Tokenizer> t = MustCreate(v);
+    ASSERT_NE(t, nullptr) << pre;
+    EXPECT_THAT(t->Encode("xyz", no_bos), ElementsAre('x', 'y', 'z')) << pre;
+    EXPECT_THAT(t->Encode("hello the", no_bos), ElementsAre(261, 258)) << pre;
   }
   Vocab v = SmallGpt2Vocab();
   v.merges.push_back("nospace");
@@ -303,7 +264,7 @@ TEST(BpeTokenizerTest, FromGgufMetadata) {
 
   GgufWriter other;
   other.AddString("tokenizer.ggml.model", "gpt2");
-  other.AddString("tokenizer.ggml.pre", "deepseek-llm");
+  other.AddString("tokenizer.ggml.pre", "no-such-pre");
   other.AddStringArray("tokenizer.ggml.tokens", want.tokens);
   other.AddStringArray("tokenizer.ggml.merges", want.merges);
   bytes = other.Serialize();
@@ -313,7 +274,20 @@ TEST(BpeTokenizerTest, FromGgufMetadata) {
   ASSERT_TRUE(v.ok());
   absl::StatusOr<std::unique_ptr<Tokenizer>> refused = CreateTokenizer(*v);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.status().message(), HasSubstr("deepseek-llm"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("no-such-pre"));
+
+  // Without the key: llama.cpp's "default".
+  GgufWriter absent;
+  absent.AddString("tokenizer.ggml.model", "gpt2");
+  absent.AddStringArray("tokenizer.ggml.tokens", want.tokens);
+  absent.AddStringArray("tokenizer.ggml.merges", want.merges);
+  bytes = absent.Serialize();
+  g = GgufFile::Parse(MappedFile::FromBytes(bytes, "bpe.gguf"));
+  ASSERT_TRUE(g.ok());
+  v = VocabFromGguf(*g);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->pre_tokenizer, "default");
+  EXPECT_TRUE(CreateTokenizer(*v).ok());
 }
 
 }  // namespace
