@@ -416,7 +416,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
         v1::ModelInfo* info = call.response();
         const ModelConfig& c = weights_->config;
         info->set_name(weights_->name);
-        info->set_architecture("llama");
+        info->set_architecture(weights_->architecture);
         info->set_n_layers(c.n_layers);
         info->set_n_heads(c.n_heads);
         info->set_n_kv_heads(c.n_kv_heads);

@@ -54,9 +54,12 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   }
   std::fill(st.acc, st.acc + int64_t{a.kv_mul} * head_dim, 0.0f);
   for (int i = 0; i < a.n_blocks; ++i) {
-    const int n = i + 1 == a.n_blocks ? a.last_block_tokens : bt;
-    const T* k = k_base + a.blocks[i] * a.block_stride;
-    const T* v = v_base + a.blocks[i] * a.block_stride;
+    const int skip = i == 0 ? a.first_block_skip : 0;
+    const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
+    const T* k =
+        k_base + a.blocks[i] * a.block_stride + int64_t{skip} * head_dim;
+    const T* v =
+        v_base + a.blocks[i] * a.block_stride + int64_t{skip} * head_dim;
     for (int h = 0; h < a.kv_mul; ++h) {
       const float* q = a.q + h * head_dim;
       float* sh = s + h * bt;
@@ -355,9 +358,13 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   std::fill(acc, acc + int64_t{kv_mul} * head_dim, 0.0f);
 
   for (int i = 0; i < a.n_blocks; ++i) {
-    const int n = i + 1 == a.n_blocks ? a.last_block_tokens : bt;
-    const uint16_t* k = k_base + a.blocks[i] * a.block_stride;
-    const uint16_t* v = v_base + a.blocks[i] * a.block_stride;
+    // The first block's skipped positions are left out: its rows start at
+    // `skip`.
+    const int skip = i == 0 ? a.first_block_skip : 0;
+    const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
+    const int64_t at = a.blocks[i] * a.block_stride + int64_t{skip} * head_dim;
+    const uint16_t* k = k_base + at;
+    const uint16_t* v = v_base + at;
     for (int t0 = 0; t0 < n; t0 += kW) {
       avx512::Prefetch(a, int64_t{i} * bt + t0 + a.prefetch_tokens, kW,
                        head_dim * int64_t{2});

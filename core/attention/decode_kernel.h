@@ -42,6 +42,9 @@ struct DecodeArgs {
   const int32_t* blocks = nullptr;  // the run, in position order
   int n_blocks = 0;                 // >= 1
   int last_block_tokens = 0;        // valid positions in the last block, >= 1
+  // Positions of the first block before this one are skipped (not read):
+  // a sliding window starting inside it. < its valid positions.
+  int first_block_skip = 0;
   // K and V are prefetched this many positions ahead of use.
   int prefetch_tokens = 32;
   // Per-thread scratch of at least DecodeScratchFloats() floats.

@@ -47,6 +47,7 @@ struct Run {
   int32_t first_block;
   int32_t n_blocks;
   int32_t last_block_tokens;
+  int32_t first_block_skip;  // positions of the first block before the window
 };
 
 }  // namespace
@@ -59,6 +60,7 @@ struct GqaAttention::Impl {
   int head_dim;
   int kv_mul;
   int block_tokens;
+  int sliding_window;  // 0 = none
   DType dtype;
   AttentionPath decode_path;
   AttentionPath prefill_path;
@@ -81,6 +83,11 @@ struct GqaAttention::Impl {
   }
   int64_t BlockStride() const {
     return int64_t{n_kv_heads} * block_tokens * head_dim;
+  }
+  // The first position the query at n_ctx - 1 attends to.
+  int64_t WindowStart(int64_t n_ctx) const {
+    return sliding_window > 0 ? std::max<int64_t>(0, n_ctx - sliding_window)
+                              : 0;
   }
 
   bool block_major = false;           // of the current decode
@@ -108,7 +115,8 @@ void GqaAttention::Impl::PlanRuns(absl::Span<const SeqKv> seqs, int n_threads,
     KVSERVE_CHECK(s.n_ctx > 0);
     KVSERVE_CHECK(s.n_ctx <=
                   static_cast<int64_t>(s.blocks.size()) * block_tokens);
-    total_blocks += (s.n_ctx + block_tokens - 1) / block_tokens;
+    total_blocks += (s.n_ctx + block_tokens - 1) / block_tokens -
+                    WindowStart(s.n_ctx) / block_tokens;
   }
   if (!block_major) total_blocks *= n_kv_heads;
   const int64_t min_run = (kMinRunTokens + block_tokens - 1) / block_tokens;
@@ -118,18 +126,24 @@ void GqaAttention::Impl::PlanRuns(absl::Span<const SeqKv> seqs, int n_threads,
   runs.clear();
   first_run.clear();
   for (size_t b = 0; b < seqs.size(); ++b) {
-    const int64_t nb = (seqs[b].n_ctx + block_tokens - 1) / block_tokens;
+    // Blocks [b0, end) hold the window; block b0 from position `skip`.
+    const int64_t start = WindowStart(seqs[b].n_ctx);
+    const int64_t b0 = start / block_tokens;
+    const int32_t skip = static_cast<int32_t>(start % block_tokens);
+    const int64_t end = (seqs[b].n_ctx + block_tokens - 1) / block_tokens;
+    const int64_t nb = end - b0;
     const int64_t pieces = (nb + target - 1) / target;
     const int64_t per = (nb + pieces - 1) / pieces;
     for (int g = 0; g < n_kv_heads; ++g) {
       first_run.push_back(static_cast<int32_t>(runs.size()));
-      for (int64_t j = 0; j < nb; j += per) {
-        const int64_t n = std::min(per, nb - j);
+      for (int64_t j = b0; j < end; j += per) {
+        const int64_t n = std::min(per, end - j);
         const int64_t end_tok = std::min(seqs[b].n_ctx, (j + n) * block_tokens);
         runs.push_back(
             Run{static_cast<int32_t>(b), g, static_cast<int32_t>(j),
                 static_cast<int32_t>(n),
-                static_cast<int32_t>(end_tok - (j + n - 1) * block_tokens)});
+                static_cast<int32_t>(end_tok - (j + n - 1) * block_tokens),
+                j == b0 ? skip : 0});
       }
     }
   }
@@ -200,6 +214,7 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
         args.n_blocks = 1;
         args.last_block_tokens =
             j + 1 == run0.n_blocks ? run0.last_block_tokens : block_tokens;
+        args.first_block_skip = j == 0 ? run0.first_block_skip : 0;
         for (int g = 0; g < n_kv_heads; ++g) {
           const int64_t r = first_run[int64_t{seq} * n_kv_heads + g] + idx;
           const float* qg = q + seq * row + g * group_floats;
@@ -241,6 +256,7 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
     args.blocks = seqs[run.seq].blocks.data() + run.first_block;
     args.n_blocks = run.n_blocks;
     args.last_block_tokens = run.last_block_tokens;
+    args.first_block_skip = run.first_block_skip;
     if (fused) {
       kernel(args, Partial(r));
     } else {
@@ -313,10 +329,14 @@ void GqaAttention::Impl::DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx,
   args.v_base =
       static_cast<const char*>(pool->ValueBlock(layer, 0)) + group_offset;
   args.block_stride = BlockStride();
-  args.blocks = seq.blocks.data();
-  args.n_blocks = static_cast<int>((n_ctx + block_tokens - 1) / block_tokens);
+  const int64_t start = WindowStart(n_ctx);
+  const int64_t b0 = start / block_tokens;
+  const int64_t end = (n_ctx + block_tokens - 1) / block_tokens;
+  args.blocks = seq.blocks.data() + b0;
+  args.n_blocks = static_cast<int>(end - b0);
   args.last_block_tokens =
-      static_cast<int>(n_ctx - int64_t{args.n_blocks - 1} * block_tokens);
+      static_cast<int>(n_ctx - (end - 1) * int64_t{block_tokens});
+  args.first_block_skip = static_cast<int>(start - b0 * block_tokens);
   args.scratch = state + kv_mul * (2 + head_dim);
   PartialState st{state, state + kv_mul, state + 2 * kv_mul};
   kernel(args, st);
@@ -336,6 +356,10 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
         "GqaAttention: n_heads %d is not a positive multiple of n_kv_heads %d",
         options.n_heads, po.n_kv_heads));
   }
+  if (options.sliding_window < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GqaAttention: sliding_window %d is negative", options.sliding_window));
+  }
   if (po.dtype == DType::kBF16 &&
       options.decode_path == AttentionPath::kOneDnn && !DnnlHasBf16Matmul()) {
     return absl::UnimplementedError(absl::StrFormat(
@@ -351,6 +375,7 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   impl->head_dim = po.head_dim;
   impl->kv_mul = options.n_heads / po.n_kv_heads;
   impl->block_tokens = po.block_tokens;
+  impl->sliding_window = options.sliding_window;
   impl->dtype = po.dtype;
   impl->decode_path = options.decode_path;
   impl->prefill_path = options.prefill_path;
@@ -359,7 +384,7 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   impl->kernel = attention_internal::SelectDecodeKernel(
       attention_internal::BestIsa(), po.dtype, po.head_dim);
   impl->onednn = std::make_unique<attention_internal::OneDnnAttention>(
-      pool, options.n_heads);
+      pool, options.n_heads, options.sliding_window);
   return std::unique_ptr<GqaAttention>(new GqaAttention(std::move(impl)));
 }
 

@@ -4,6 +4,10 @@
 // n_kv_heads; one pass over a group's K/V serves all kv_mul heads of the
 // group. Scores are scaled by 1/sqrt(head_dim).
 //
+// With a sliding window W, the query at position i attends to positions j
+// with i - W < j <= i (llama.cpp's standard SWA mask); blocks wholly before
+// the window are not read.
+//
 // Thread-safety: an instance is used by one thread at a time (the engine
 // thread); it parallelises internally with OpenMP.
 #ifndef KVSERVE_CORE_ATTENTION_GQA_ATTENTION_H_
@@ -38,6 +42,7 @@ enum class AttentionPath { kAuto, kFused, kOneDnn };
 
 struct GqaAttentionOptions {
   int n_heads = 0;  // query heads; the pool gives n_kv_heads and head_dim
+  int sliding_window = 0;  // W above; 0 = none (every position up to i)
   AttentionPath decode_path = AttentionPath::kAuto;
   AttentionPath prefill_path = AttentionPath::kAuto;
 };
@@ -45,13 +50,13 @@ struct GqaAttentionOptions {
 class GqaAttention {
  public:
   // INVALID_ARGUMENT when n_heads is not a positive multiple of the pool's
-  // n_kv_heads.
+  // n_kv_heads, or sliding_window is negative.
   static absl::StatusOr<std::unique_ptr<GqaAttention>> Create(
       const BlockPool* pool, const GqaAttentionOptions& options);
   ~GqaAttention();
 
-  // One new query per sequence: sequence b attends to its positions
-  // [0, seqs[b].n_ctx) of `layer`.
+  // One new query per sequence, at position seqs[b].n_ctx - 1: it attends
+  // to the positions [0, n_ctx) of `layer` (the last W with a window).
   // q, out: [seqs.size()][n_heads][head_dim] f32.
   void GqaDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
                  float* out);
@@ -67,7 +72,8 @@ class GqaAttention {
 
   // A chunk of n_new queries of one sequence at positions
   // [start_pos, start_pos + n_new); query i attends causally to positions
-  // [0, start_pos + i]. Their K/V must already be written.
+  // [0, start_pos + i] (the last W of them with a window). Their K/V must
+  // already be written.
   // REQUIRES: seq.n_ctx >= start_pos + n_new.
   // q, out: [n_new][n_heads][head_dim] f32.
   void GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos, int64_t n_new,

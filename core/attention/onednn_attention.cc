@@ -57,9 +57,11 @@ void Run(const dnnl::matmul& mm, const memory& a, const memory& b,
 
 }  // namespace
 
-OneDnnAttention::OneDnnAttention(const BlockPool* pool, int n_heads)
+OneDnnAttention::OneDnnAttention(const BlockPool* pool, int n_heads,
+                                 int sliding_window)
     : pool_(pool),
       n_heads_(n_heads),
+      sliding_window_(sliding_window),
       n_kv_heads_(pool->options().n_kv_heads),
       head_dim_(pool->options().head_dim),
       kv_mul_(n_heads / pool->options().n_kv_heads),
@@ -89,7 +91,14 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
   const int64_t ldo = row;
   const float q_scale =
       static_cast<float>(std::numbers::log2e / std::sqrt(double{1.0} * d));
-  std::vector<float> kc(n_ctx * d), vc(n_ctx * d);  // [n_ctx][head_dim]
+  // The first position a query at `pos` attends to.
+  const int64_t window = sliding_window_;
+  auto window_start = [window](int64_t pos) {
+    return window > 0 ? std::max<int64_t>(0, pos - window + 1) : int64_t{0};
+  };
+  // Positions [lo, n_ctx) are gathered, as rows pos - lo.
+  const int64_t lo = window_start(start_pos);
+  std::vector<float> kc((n_ctx - lo) * d), vc((n_ctx - lo) * d);
   const int64_t n_tiles = (n_new + kPrefillTileRows - 1) / kPrefillTileRows;
   const int64_t n_items = int64_t{kv_mul_} * n_tiles;
   const dnnl::engine& engine = DnnlEngine();
@@ -100,24 +109,26 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
     for (int g = 0; g < n_kv_heads_; ++g) {
       const int64_t group_offset = int64_t{g} * bt * d;
 #pragma omp for schedule(static)
-      for (int64_t pos = 0; pos < n_ctx; ++pos) {
+      for (int64_t pos = lo; pos < n_ctx; ++pos) {
         const int32_t block = seq.blocks[pos / bt];
         const int64_t at = group_offset + (pos % bt) * d;
+        float* kr = &kc[(pos - lo) * d];
+        float* vr = &vc[(pos - lo) * d];
         if (dtype_ == DType::kF32) {
           const float* k =
               static_cast<const float*>(pool_->KeyBlock(layer, block));
           const float* v =
               static_cast<const float*>(pool_->ValueBlock(layer, block));
-          std::copy(k + at, k + at + d, &kc[pos * d]);
-          std::copy(v + at, v + at + d, &vc[pos * d]);
+          std::copy(k + at, k + at + d, kr);
+          std::copy(v + at, v + at + d, vr);
         } else {
           const uint16_t* k =
               static_cast<const uint16_t*>(pool_->KeyBlock(layer, block));
           const uint16_t* v =
               static_cast<const uint16_t*>(pool_->ValueBlock(layer, block));
           for (int64_t i = 0; i < d; ++i) {
-            kc[pos * d + i] = Bf16ToFloat(k[at + i]);
-            vc[pos * d + i] = Bf16ToFloat(v[at + i]);
+            kr[i] = Bf16ToFloat(k[at + i]);
+            vr[i] = Bf16ToFloat(v[at + i]);
           }
         }
       }
@@ -127,7 +138,10 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
         const int h = static_cast<int>(item % kv_mul_);
         const int64_t i0 = (item / kv_mul_) * kPrefillTileRows;
         const int64_t m = std::min(kPrefillTileRows, n_new - i0);
-        const int64_t n = start_pos + i0 + m;  // causal bound of the tile
+        // The tile's columns: positions [c0, c0 + n), from the first row's
+        // window start to the last row (causal bound).
+        const int64_t c0 = window_start(start_pos + i0);
+        const int64_t n = start_pos + i0 + m - c0;
         const int64_t head = int64_t{g} * kv_mul_ + h;
         float* qt = ThreadBuffer(qt_buf, m * d);
         float* s = ThreadBuffer(s_buf, m * n);
@@ -136,22 +150,27 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
           const float* src = q + (i0 + r) * row + head * d;
           for (int64_t i = 0; i < d; ++i) qt[r * d + i] = src[i] * q_scale;
         }
+        float* k_cols = kc.data() + (c0 - lo) * d;
+        float* v_cols = vc.data() + (c0 - lo) * d;
         Run(prefill_qk_,
             memory(memory::desc({m, d}, dt::f32, {d, 1}), engine, qt),
-            memory(memory::desc({d, n}, dt::f32, {1, d}), engine, kc.data()),
+            memory(memory::desc({d, n}, dt::f32, {1, d}), engine, k_cols),
             memory(memory::desc({m, n}, dt::f32, {n, 1}), engine, s),
             prefill_scratchpad_bytes_);
         for (int64_t r = 0; r < m; ++r) {
           float* sr = s + r * n;
-          const int valid = static_cast<int>(start_pos + i0 + r + 1);
-          const float mx = row_ops_.max(sr, valid);
-          inv[r] = 1.0f / row_ops_.exp2_sum(sr, valid, mx);
-          std::fill(sr + valid, sr + n, 0.0f);
+          const int64_t pos = start_pos + i0 + r;
+          const int64_t first = window_start(pos) - c0, end = pos + 1 - c0;
+          const int valid = static_cast<int>(end - first);
+          const float mx = row_ops_.max(sr + first, valid);
+          inv[r] = 1.0f / row_ops_.exp2_sum(sr + first, valid, mx);
+          std::fill(sr, sr + first, 0.0f);
+          std::fill(sr + end, sr + n, 0.0f);
         }
         float* o = out + i0 * row + head * d;
         Run(prefill_pv_,
             memory(memory::desc({m, n}, dt::f32, {n, 1}), engine, s),
-            memory(memory::desc({n, d}, dt::f32, {d, 1}), engine, vc.data()),
+            memory(memory::desc({n, d}, dt::f32, {d, 1}), engine, v_cols),
             memory(memory::desc({m, d}, dt::f32, {ldo, 1}), engine, o),
             prefill_scratchpad_bytes_);
         for (int64_t r = 0; r < m; ++r) {
@@ -214,16 +233,25 @@ void OneDnnAttention::DecodeRun(const DecodeArgs& a, PartialState st) {
 
   // Positions past the last valid one hold garbage (maybe NaN bit patterns,
   // and 0 · NaN = NaN), so a partly filled last block is multiplied from a
-  // zero-padded copy of its V rows.
+  // zero-padded copy of its V rows; so is a first block with skipped
+  // positions (a sliding window's start), which is a stretch of its own.
   const bool partial_last = a.last_block_tokens < bt;
+  const int skip = a.first_block_skip;
   const int full_blocks = a.n_blocks - (partial_last ? 1 : 0);
   for (int j = 0; j < a.n_blocks;) {
     int r = 1;
     while (j + r < full_blocks && r < max_r &&
-           a.blocks[j + r] == a.blocks[j] + r) {
+           a.blocks[j + r] == a.blocks[j] + r && !(j == 0 && skip > 0)) {
       ++r;
     }
     const bool has_last = j + r == a.n_blocks;
+    const bool has_skip = j == 0 && skip > 0;  // then r == 1
+    // Valid positions [from(b), to(b)) of block b of the stretch.
+    auto from = [&](int b) { return has_skip && b == 0 ? skip : 0; };
+    auto to = [&](int b) {
+      return has_last && b == r - 1 ? a.last_block_tokens
+                                    : static_cast<int>(bt);
+    };
     const DecodePrims& p = Decode(r);
     const int64_t offset = a.blocks[j] * a.block_stride * elem;
     Run(p.qk, memory(p.q_md, engine, q_in),
@@ -233,18 +261,16 @@ void OneDnnAttention::DecodeRun(const DecodeArgs& a, PartialState st) {
     for (int h = 0; h < h_n; ++h) {
       float m_new = st.m[h];
       for (int b = 0; b < r; ++b) {
-        const int n =
-            has_last && b == r - 1 ? a.last_block_tokens : static_cast<int>(bt);
-        m_new = std::max(m_new, row_ops_.max(s + (b * h_n + h) * bt, n));
+        const float* sb = s + (b * h_n + h) * bt;
+        m_new = std::max(m_new, row_ops_.max(sb + from(b), to(b) - from(b)));
       }
       const float alpha = Exp2(st.m[h] - m_new);
       float l = st.l[h] * alpha;
       for (int b = 0; b < r; ++b) {
-        const int n =
-            has_last && b == r - 1 ? a.last_block_tokens : static_cast<int>(bt);
         float* sb = s + (b * h_n + h) * bt;
-        l += row_ops_.exp2_sum(sb, n, m_new);
-        std::fill(sb + n, sb + bt, 0.0f);
+        l += row_ops_.exp2_sum(sb + from(b), to(b) - from(b), m_new);
+        std::fill(sb, sb + from(b), 0.0f);
+        std::fill(sb + to(b), sb + bt, 0.0f);
       }
       st.l[h] = l;
       st.m[h] = m_new;
@@ -257,11 +283,12 @@ void OneDnnAttention::DecodeRun(const DecodeArgs& a, PartialState st) {
       p_in = p16;
     }
     const char* v = static_cast<const char*>(a.v_base) + offset;
-    if (has_last && partial_last) {
+    if ((has_last && partial_last) || has_skip) {  // r == 1: one block
       char* padded = ThreadBuffer(v_pad_buf, bt * d * elem);
-      const int64_t valid = a.last_block_tokens * d * elem;
-      std::copy(v, v + valid, padded);
-      std::fill(padded + valid, padded + bt * d * elem, 0);
+      const int64_t lo = from(0) * d * elem, hi = to(0) * d * elem;
+      std::fill(padded, padded + lo, 0);
+      std::copy(v + lo, v + hi, padded + lo);
+      std::fill(padded + hi, padded + bt * d * elem, 0);
       v = padded;
     }
     Run(p.pv, memory(p.p_md, engine, p_in),

@@ -4,7 +4,8 @@
 //
 // Prefill: per KV group, the context's K and V are gathered into f32
 // matrices; per query head and tile of query rows, S = Q·Kᵀ and O = P·V are
-// two matmuls with runtime M and N, with a causal softmax between them.
+// two matmuls with runtime M and N, with a causal softmax between them
+// (over the tile's columns from its first row's window start, if any).
 //
 // Decode: per run of blocks, maximal stretches of consecutive block ids are
 // one batched matmul each (batch = blocks, strided through the pool), as
@@ -29,7 +30,8 @@ namespace kvserve::attention_internal {
 
 class OneDnnAttention {
  public:
-  OneDnnAttention(const BlockPool* pool, int n_heads);
+  // sliding_window: as GqaAttentionOptions (0 = none).
+  OneDnnAttention(const BlockPool* pool, int n_heads, int sliding_window);
 
   // As GqaAttention::GqaPrefill. Parallelises with OpenMP.
   void Prefill(int layer, const SeqKv& seq, int64_t start_pos, int64_t n_new,
@@ -53,6 +55,7 @@ class OneDnnAttention {
   // Constant after construction.
   const BlockPool* pool_;
   int n_heads_;
+  int sliding_window_;
   int n_kv_heads_;
   int head_dim_;
   int kv_mul_;

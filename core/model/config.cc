@@ -31,6 +31,11 @@ absl::Status ModelConfig::Validate() const {
         "model config: rope_dim %d must be even and at most head_dim %d",
         rope_dim, head_dim));
   }
+  if (sliding_window < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "model config: sliding_window %d must be 0 (none) or positive",
+        sliding_window));
+  }
   if (!(norm_eps > 0) || !(rope_theta > 0)) {
     return absl::InvalidArgumentError(
         "model config: norm_eps and rope_theta must be positive");

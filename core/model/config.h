@@ -1,4 +1,6 @@
-// The architecture of a Llama-family decoder.
+// The architecture of a Llama-family decoder. Families (GGUF
+// general.architecture llama, qwen2, phi3) differ only in data: these
+// fields, and which optional tensors the weights carry (weights.h).
 #ifndef KVSERVE_CORE_MODEL_CONFIG_H_
 #define KVSERVE_CORE_MODEL_CONFIG_H_
 
@@ -8,6 +10,12 @@
 #include "core/util/dtype.h"
 
 namespace kvserve {
+
+// Which dimensions of a head RoPE rotates together (llama.cpp's rope type per
+// architecture): kAdjacentPairs (llama.cpp "normal", llama2.c) rotates
+// (2i, 2i+1); kSplitHalves (llama.cpp "NEOX": qwen2, phi3) rotates
+// (i, i + rotary_dim/2). Both use frequency theta^(-2i / rotary_dim).
+enum class RopeStyle { kAdjacentPairs, kSplitHalves };
 
 struct ModelConfig {
   int n_layers = 0;
@@ -21,6 +29,11 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   int rope_dim = 0;  // leading dims of each head that RoPE rotates; 0 = all
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  // A query at position i attends to positions j with
+  // i - sliding_window < j <= i (llama.cpp's LLAMA_SWA_TYPE_STANDARD, in
+  // every layer); 0 = no window (all of 0..i).
+  int sliding_window = 0;
 
   int kv_mul() const { return n_heads / n_kv_heads; }
   int q_dim() const { return n_heads * head_dim; }

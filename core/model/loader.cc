@@ -2,8 +2,11 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/model/fingerprint.h"
@@ -62,6 +65,12 @@ class TensorLoader {
                Fingerprint& fp)
       : g_(g), mode_(mode), w_(w), fp_(fp) {}
 
+  bool Has(const std::string& name) const {
+    return g_.FindTensor(name) != nullptr;
+  }
+  // Whether Load took the tensor (every tensor of the file must be taken).
+  bool Used(const std::string& name) const { return used_.contains(name); }
+
   // `want` is the expected ne (cols first); `meaning` explains it in errors.
   absl::Status Load(const std::string& name, std::vector<int64_t> want,
                     const char* meaning, WeightTensor* out,
@@ -70,6 +79,7 @@ class TensorLoader {
     if (t == nullptr) {
       return GgufError(g_, absl::StrFormat("tensor '%s' is missing", name));
     }
+    used_.insert(name);
     std::vector<int64_t> dims = t->dims;
     while (dims.size() > want.size() && dims.back() == 1) dims.pop_back();
     if (dims != want) {
@@ -108,6 +118,66 @@ class TensorLoader {
   const WeightDTypeMode mode_;
   ModelWeights& w_;
   Fingerprint& fp_;
+  absl::flat_hash_set<std::string> used_;
+};
+
+// Rows [first, first + rows) of a matrix, as a view of its bytes.
+WeightTensor RowRange(const WeightTensor& t, int64_t first, int64_t rows) {
+  WeightTensor r = t;
+  r.rows = rows;
+  r.data = t.row(first);
+  return r;
+}
+
+// What differs between the supported architectures, as data. Everything
+// else (optional biases, fused or separate matrices, tied output, sliding
+// window) follows from the file's tensors and keys.
+struct Family {
+  const char* arch;
+  RopeStyle rope_style;  // llama.cpp's llama_model_rope_type for the arch
+};
+constexpr Family kFamilies[] = {
+    {"llama", RopeStyle::kAdjacentPairs},
+    {"qwen2", RopeStyle::kSplitHalves},
+    {"phi3", RopeStyle::kSplitHalves},
+};
+
+// Keys that, present with a value other than `neutral` and `neutral2`
+// (llama.cpp reads 0 as "unset" for some), describe a computation we do
+// not do.
+struct NeutralKey {
+  const char* key;  // after "<arch>."
+  double neutral;
+  double neutral2;
+  const char* what;
+};
+constexpr NeutralKey kNeutralKeys[] = {
+    {"rope.scaling.factor", 1.0, 0.0, "RoPE scaling"},
+    {"rope.scale_linear", 1.0, 0.0, "linear RoPE scaling"},
+    {"rope.scaling.attn_factor", 1.0, 1.0, "a RoPE attention factor"},
+    {"attention.logit_softcapping", 0.0, 0.0, "attention logit soft-capping"},
+    {"final_logit_softcapping", 0.0, 0.0, "final logit soft-capping"},
+};
+
+// Tensors that name a feature we refuse, with what it is.
+struct KnownUnsupportedTensor {
+  const char* suffix;
+  const char* what;
+};
+constexpr KnownUnsupportedTensor kUnsupportedTensors[] = {
+    {"rope_factors_long.weight", "LongRoPE (rope_factors_long/short)"},
+    {"rope_factors_short.weight", "LongRoPE (rope_factors_long/short)"},
+    {"attn_output.bias", "an attention output bias"},
+    {"attn_norm.bias", "LayerNorm biases"},
+    {"ffn_norm.bias", "LayerNorm biases"},
+    {"output_norm.bias", "LayerNorm biases"},
+    {"ffn_up.bias", "feed-forward biases"},
+    {"ffn_gate.bias", "feed-forward biases"},
+    {"ffn_down.bias", "feed-forward biases"},
+    {"attn_qkv.bias", "a fused QKV bias"},
+    {"output.bias", "an output bias"},
+    {"attn_q_norm.weight", "query/key norms"},
+    {"attn_k_norm.weight", "query/key norms"},
 };
 
 }  // namespace
@@ -119,14 +189,21 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
   }
   absl::StatusOr<std::string> arch = g.GetString("general.architecture");
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama") {
+  const Family* family = nullptr;
+  std::vector<std::string> supported;
+  for (const Family& f : kFamilies) {
+    supported.push_back(f.arch);
+    if (*arch == f.arch) family = &f;
+  }
+  if (family == nullptr) {
     return absl::UnimplementedError(absl::StrFormat(
         "GGUF file %s: architecture '%s' (key 'general.architecture') is not "
-        "supported (supported: llama)",
-        g.name(), *arch));
+        "supported (supported: %s)",
+        g.name(), *arch, absl::StrJoin(supported, ", ")));
   }
   const std::string p = *arch + ".";
   ModelConfig c;
+  c.rope_style = family->rope_style;
   struct {
     const char* key;
     int* out;
@@ -185,6 +262,26 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
           g.name(), p, *type));
     }
   }
+  for (const NeutralKey& k : kNeutralKeys) {
+    if (g.Find(p + k.key) == nullptr) continue;
+    absl::StatusOr<double> v = g.GetFloat(p + k.key);
+    if (!v.ok()) return v.status();
+    if (*v != k.neutral && *v != k.neutral2) {
+      return absl::UnimplementedError(
+          absl::StrFormat("GGUF file %s: key '%s%s' is %g; %s is not supported",
+                          g.name(), p, k.key, *v, k.what));
+    }
+  }
+  if (g.Find(p + "attention.sliding_window") != nullptr) {
+    absl::StatusOr<int64_t> window = g.GetInt(p + "attention.sliding_window");
+    if (!window.ok()) return window.status();
+    if (*window < 0 || *window > (int64_t{1} << 30)) {
+      return GgufError(g, absl::StrFormat("key '%sattention.sliding_window' is "
+                                          "%d (expected 0..%d)",
+                                          p, *window, 1 << 30));
+    }
+    c.sliding_window = static_cast<int>(*window);
+  }
   if (g.Find(p + "expert_count") != nullptr) {
     absl::StatusOr<int64_t> experts = g.GetInt(p + "expert_count");
     if (!experts.ok()) return experts.status();
@@ -221,6 +318,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
 
   auto w = std::make_unique<ModelWeights>();
   w->config = c;
+  w->architecture = *arch;
   w->storage.push_back(g.file());
   if (g.Find("general.name") != nullptr && g.GetString("general.name").ok()) {
     w->name = *g.GetString("general.name");
@@ -232,6 +330,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
                          c.n_layers, c.dim, c.hidden_dim, c.n_heads,
                          c.n_kv_heads, c.vocab_size, c.context_length,
                          c.rope_dim, c.norm_eps, c.rope_theta));
+  if (c.sliding_window > 0) fp.Add(absl::StrFormat("swa:%d", c.sliding_window));
   TensorLoader tl(g, mode, *w, fp);
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const int64_t hidden = c.hidden_dim, vocab = c.vocab_size;
@@ -243,22 +342,60 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
     auto n = [l](const char* t) {
       return absl::StrFormat("blk.%d.%s.weight", l, t);
     };
+    auto bias = [l](const char* t) {
+      return absl::StrFormat("blk.%d.%s.bias", l, t);
+    };
     s.Update(tl.Load(n("attn_norm"), {dim}, "[dim]", &lw.attn_norm));
-    s.Update(
-        tl.Load(n("attn_q"), {dim, q_dim}, "[dim, n_heads*head_dim]", &lw.wq));
-    s.Update(tl.Load(n("attn_k"), {dim, kv_dim}, "[dim, n_kv_heads*head_dim]",
-                     &lw.wk));
-    s.Update(tl.Load(n("attn_v"), {dim, kv_dim}, "[dim, n_kv_heads*head_dim]",
-                     &lw.wv));
+    if (tl.Has(n("attn_qkv"))) {
+      // One matrix, rows q, then k, then v (phi3).
+      s.Update(tl.Load(n("attn_qkv"), {dim, q_dim + 2 * kv_dim},
+                       "[dim, (n_heads + 2*n_kv_heads)*head_dim]", &lw.wqkv));
+      if (s.ok()) {
+        lw.wq = RowRange(lw.wqkv, 0, q_dim);
+        lw.wk = RowRange(lw.wqkv, q_dim, kv_dim);
+        lw.wv = RowRange(lw.wqkv, q_dim + kv_dim, kv_dim);
+      }
+    } else {
+      s.Update(tl.Load(n("attn_q"), {dim, q_dim}, "[dim, n_heads*head_dim]",
+                       &lw.wq));
+      s.Update(tl.Load(n("attn_k"), {dim, kv_dim}, "[dim, n_kv_heads*head_dim]",
+                       &lw.wk));
+      s.Update(tl.Load(n("attn_v"), {dim, kv_dim}, "[dim, n_kv_heads*head_dim]",
+                       &lw.wv));
+    }
+    // Optional q/k/v biases (qwen2).
+    for (auto [t, rows, out] : {std::tuple{"attn_q", q_dim, &lw.bq},
+                                {"attn_k", kv_dim, &lw.bk},
+                                {"attn_v", kv_dim, &lw.bv}}) {
+      if (!tl.Has(bias(t))) continue;
+      s.Update(tl.Load(bias(t), {rows}, "[rows of its matrix]", out,
+                       /*force_f32=*/true));
+    }
     s.Update(tl.Load(n("attn_output"), {q_dim, dim}, "[n_heads*head_dim, dim]",
                      &lw.wo));
     s.Update(tl.Load(n("ffn_norm"), {dim}, "[dim]", &lw.ffn_norm));
-    s.Update(
-        tl.Load(n("ffn_gate"), {dim, hidden}, "[dim, hidden_dim]", &lw.w_gate));
+    // Loaded (and fingerprinted) in the order llama files always were:
+    // gate, down, up.
+    const bool stacked = !tl.Has(n("ffn_gate"));
+    if (!stacked) {
+      s.Update(tl.Load(n("ffn_gate"), {dim, hidden}, "[dim, hidden_dim]",
+                       &lw.w_gate));
+    }
     s.Update(
         tl.Load(n("ffn_down"), {hidden, dim}, "[hidden_dim, dim]", &lw.w_down));
-    s.Update(
-        tl.Load(n("ffn_up"), {dim, hidden}, "[dim, hidden_dim]", &lw.w_up));
+    if (!stacked) {
+      s.Update(
+          tl.Load(n("ffn_up"), {dim, hidden}, "[dim, hidden_dim]", &lw.w_up));
+    } else {
+      // No ffn_gate: ffn_up holds gate, then up (phi3).
+      s.Update(tl.Load(n("ffn_up"), {dim, 2 * hidden},
+                       "[dim, 2*hidden_dim] (no ffn_gate: gate and up stacked)",
+                       &lw.w_gate_up));
+      if (s.ok()) {
+        lw.w_gate = RowRange(lw.w_gate_up, 0, hidden);
+        lw.w_up = RowRange(lw.w_gate_up, hidden, hidden);
+      }
+    }
   }
   s.Update(tl.Load("output_norm.weight", {dim}, "[dim]", &w->output_norm));
   if (!s.ok()) return s;
@@ -281,6 +418,22 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
                          "is not positive");
       }
     }
+  }
+  // Every tensor must be one the forward pass reads: an unknown one means a
+  // computation we would silently skip.
+  for (const GgufTensorInfo& t : g.tensors()) {
+    if (tl.Used(t.name)) continue;
+    for (const KnownUnsupportedTensor& u : kUnsupportedTensors) {
+      if (absl::EndsWith(t.name, u.suffix)) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "GGUF file %s: tensor '%s' (architecture %s): %s is not supported",
+            g.name(), t.name, *arch, u.what));
+      }
+    }
+    return absl::UnimplementedError(absl::StrFormat(
+        "GGUF file %s: tensor '%s' (info at byte offset %d) is not one the "
+        "%s forward pass reads; the model is not supported",
+        g.name(), t.name, t.info_offset, *arch));
   }
   w->fingerprint = fp.Hex();
   return w;

@@ -52,8 +52,18 @@ absl::StatusOr<LoadedModel> LoadModel(const LoadOptions& options);
 absl::StatusOr<LoadedModel> LoadModelFromFile(
     std::shared_ptr<const MappedFile> file, const LoadOptions& options);
 
-// The weights of an architecture-"llama" GGUF (config from llama.* keys,
-// tensors by llama.cpp's names, shapes checked against the config).
+// The weights of a GGUF of architecture llama, qwen2 or phi3 (config from
+// the <arch>.* keys, tensors by llama.cpp's names, shapes checked against
+// the config). The families differ only in data: RoPE style (per
+// architecture, as llama.cpp's llama_model_rope_type), optional q/k/v
+// biases, a fused attn_qkv or an ffn_up holding gate and up (then wq/wk/wv
+// and w_gate/w_up are views of their rows), a tied output, and
+// <arch>.attention.sliding_window. UNIMPLEMENTED, naming the key or tensor,
+// for what the forward pass does not compute: another architecture (the
+// message lists the supported ones), rope.scaling.type other than none,
+// rope.scaling.factor, attn_factor or soft-capping keys with non-neutral
+// values, LongRoPE factors, biases other than q/k/v, or any tensor it does
+// not read.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadGgufWeights(
     const GgufFile& gguf, WeightDTypeMode mode);
 

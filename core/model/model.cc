@@ -2,9 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
@@ -60,7 +62,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   if (static_cast<int>(weights->layers.size()) != c.n_layers) {
     return absl::InvalidArgumentError("model has the wrong number of layers");
   }
-  auto attention = GqaAttention::Create(pool, {.n_heads = c.n_heads});
+  auto attention = GqaAttention::Create(
+      pool, {.n_heads = c.n_heads, .sliding_window = c.sliding_window});
   if (!attention.ok()) return attention.status();
   std::unique_ptr<Model> model(new Model(weights, *std::move(attention)));
   model->options_ = options;
@@ -113,6 +116,22 @@ Model::Model(const ModelWeights* weights,
     }
     inv_freq_[i] = f;
   }
+  const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  qkv_bias_.resize(weights->layers.size());
+  for (size_t l = 0; l < weights->layers.size(); ++l) {
+    const LayerWeights& lw = weights->layers[l];
+    if (lw.bq.data == nullptr && lw.bk.data == nullptr &&
+        lw.bv.data == nullptr) {
+      continue;
+    }
+    std::vector<float>& b = qkv_bias_[l];
+    b.assign(q_dim + 2 * kv_dim, 0.0f);
+    for (auto [t, offset, n] : {std::tuple{&lw.bq, 0, q_dim},
+                                {&lw.bk, q_dim, kv_dim},
+                                {&lw.bv, q_dim + kv_dim, kv_dim}}) {
+      if (t->data != nullptr) std::copy(t->f32(), t->f32() + n, &b[offset]);
+    }
+  }
 }
 
 void Model::Embed(int32_t token, float* out) const {
@@ -123,8 +142,20 @@ void Model::Embed(int32_t token, float* out) const {
 void Model::RopeInPlace(float* x, int n_heads, const float* cos_sin) const {
   const ModelConfig& c = config();
   const int half = c.rotary_dim() / 2;
+  // Pair i is (2i, 2i + 1), or (i, i + half) for split halves; a loop per
+  // style keeps each one's strides constant.
+  const bool halves = c.rope_style == RopeStyle::kSplitHalves;
   for (int h = 0; h < n_heads; ++h) {
     float* head = x + h * c.head_dim;
+    if (halves) {
+      for (int i = 0; i < half; ++i) {
+        const float cos = cos_sin[2 * i], sin = cos_sin[2 * i + 1];
+        const float x0 = head[i], x1 = head[i + half];
+        head[i] = x0 * cos - x1 * sin;
+        head[i + half] = x0 * sin + x1 * cos;
+      }
+      continue;
+    }
     for (int i = 0; i < half; ++i) {
       const float cos = cos_sin[2 * i], sin = cos_sin[2 * i + 1];
       const float x0 = head[2 * i], x1 = head[2 * i + 1];
@@ -141,6 +172,9 @@ void Model::RotateAndStoreKv(int layer, int64_t row, BlockTable& kv,
   const float* cos_sin = &cos_sin_[row * c.rotary_dim()];
   float* q = &qkv_[row * (q_dim + 2 * kv_dim)];
   float* k = q + q_dim;
+  if (const std::vector<float>& bias = qkv_bias_[layer]; !bias.empty()) {
+    for (int i = 0; i < q_dim + 2 * kv_dim; ++i) q[i] += bias[i];
+  }
   RopeInPlace(q, c.n_heads, cos_sin);
   RopeInPlace(k, c.n_kv_heads, cos_sin);
   std::memcpy(&q_[row * q_dim], q, q_dim * sizeof(float));

@@ -5,9 +5,11 @@
 // into the sequence's BlockTable before attending over it. Every weight
 // matrix is read once per step for all chunks (one matmul with m = total
 // tokens). Per layer:
-//   RMSNorm -> Q,K,V projections -> RoPE (adjacent pairs, as llama.cpp's
-//   "normal" mode and llama2.c) -> write K,V -> GQA attention -> output
+//   RMSNorm -> Q,K,V projections (+ biases, where the weights have them)
+//   -> RoPE (config.rope_style: adjacent pairs or split halves) -> write
+//   K,V -> GQA attention (within config.sliding_window, if any) -> output
 //   projection -> residual -> RMSNorm -> SwiGLU MLP -> residual.
+// The supported families (llama, qwen2, phi3) differ only in that data.
 //
 // Thread-safety: not thread-safe; owned by the engine thread. Parallelises
 // internally with OpenMP (oneDNN and the attention kernels).
@@ -92,8 +94,8 @@ class Model {
 
   void Embed(int32_t token, float* out) const;
   void RopeInPlace(float* x, int n_heads, const float* cos_sin) const;
-  // Row `row` of qkv_: RoPE on q and k, q copied to q_, k and v written to
-  // `kv` at position `pos` of `layer`.
+  // Row `row` of qkv_: the layer's biases added, RoPE on q and k, q copied
+  // to q_, k and v written to `kv` at position `pos` of `layer`.
   void RotateAndStoreKv(int layer, int64_t row, BlockTable& kv, int64_t pos);
 
   const ModelWeights* weights_;
@@ -102,6 +104,9 @@ class Model {
   std::vector<LayerLinears> layers_;
   std::unique_ptr<Linear> output_;
   std::vector<double> inv_freq_;  // [rotary_dim / 2]
+  // Per layer: the q, k, v biases side by side, [q_dim + 2 * kv_dim]; empty
+  // for a layer without biases.
+  std::vector<std::vector<float>> qkv_bias_;
 
   // Scratch, resized per step. m = tokens in the step.
   std::vector<float> x_;        // [m][dim] residual stream

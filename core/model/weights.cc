@@ -14,9 +14,22 @@ void ForEachDistinct(const ModelWeights& w, Fn fn) {
   fn(w.output_norm);
   if (w.output.data != w.token_embd.data) fn(w.output);
   for (const LayerWeights& l : w.layers) {
-    for (const WeightTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo,
-                                  &l.ffn_norm, &l.w_gate, &l.w_down, &l.w_up}) {
-      fn(*t);
+    for (const WeightTensor* t :
+         {&l.attn_norm, &l.wo, &l.ffn_norm, &l.w_down, &l.bq, &l.bk, &l.bv}) {
+      if (t->data != nullptr) fn(*t);
+    }
+    if (l.wqkv.data != nullptr) {
+      fn(l.wqkv);
+    } else {
+      fn(l.wq);
+      fn(l.wk);
+      fn(l.wv);
+    }
+    if (l.w_gate_up.data != nullptr) {
+      fn(l.w_gate_up);
+    } else {
+      fn(l.w_gate);
+      fn(l.w_up);
     }
   }
 }

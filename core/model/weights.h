@@ -19,16 +19,29 @@ struct LayerWeights {
   WeightTensor wq;         // [n_heads * head_dim][dim]
   WeightTensor wk;         // [n_kv_heads * head_dim][dim]
   WeightTensor wv;         // [n_kv_heads * head_dim][dim]
-  WeightTensor wo;         // [dim][n_heads * head_dim]
-  WeightTensor ffn_norm;   // [dim] f32
-  WeightTensor w_gate;     // [hidden_dim][dim]   (llama2.c w1)
-  WeightTensor w_down;     // [dim][hidden_dim]   (llama2.c w2)
-  WeightTensor w_up;       // [hidden_dim][dim]   (llama2.c w3)
+  // Added to q, k, v after the projection, before RoPE (qwen2); f32, rows 1,
+  // data nullptr when the file has none.
+  WeightTensor bq;        // [n_heads * head_dim]
+  WeightTensor bk;        // [n_kv_heads * head_dim]
+  WeightTensor bv;        // [n_kv_heads * head_dim]
+  WeightTensor wo;        // [dim][n_heads * head_dim]
+  WeightTensor ffn_norm;  // [dim] f32
+  WeightTensor w_gate;    // [hidden_dim][dim]   (llama2.c w1)
+  WeightTensor w_down;    // [dim][hidden_dim]   (llama2.c w2)
+  WeightTensor w_up;      // [hidden_dim][dim]   (llama2.c w3)
+  // The file's fused matrices when it stores them so (phi3's attn_qkv: rows
+  // q, k, v; its ffn_up: rows gate, then up); wq, wk, wv (w_gate, w_up) are
+  // then views of their row ranges. data nullptr otherwise.
+  WeightTensor wqkv;       // [(n_heads + 2 * n_kv_heads) * head_dim][dim]
+  WeightTensor w_gate_up;  // [2 * hidden_dim][dim]
 };
 
 struct ModelWeights {
   ModelConfig config;
   std::string name;
+  // The family, as GGUF's general.architecture names it: "llama", "qwen2"
+  // or "phi3" (llama2.c checkpoints are "llama").
+  std::string architecture = "llama";
   WeightTensor token_embd;  // [vocab_size][dim]
   std::vector<LayerWeights> layers;
   WeightTensor output_norm;  // [dim] f32

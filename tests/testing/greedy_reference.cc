@@ -1,10 +1,12 @@
 #include "tests/testing/greedy_reference.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_format.h"
 #include "core/kv/block_table.h"
+#include "core/quant/quant.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::testing {
@@ -62,6 +64,155 @@ OurRun RunGreedy(Model& model, BlockPool* pool,
     done = end;
   }
   return out;
+}
+
+namespace {
+
+// A matrix or vector in double, dequantized from its stored type.
+struct DoubleMatrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> v;  // [rows][cols]
+
+  explicit DoubleMatrix(const WeightTensor& t) : rows(t.rows), cols(t.cols) {
+    v.resize(rows * cols);
+    std::vector<float> row(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::Info(t.type)->dequantize(t.row(r), row.data(), cols);
+      std::copy(row.begin(), row.end(), v.begin() + r * cols);
+    }
+  }
+  std::vector<double> Times(const std::vector<double>& x) const {
+    std::vector<double> y(rows, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* w = &v[r * cols];
+      for (int64_t c = 0; c < cols; ++c) y[r] += w[c] * x[c];
+    }
+    return y;
+  }
+};
+
+std::vector<double> RmsNormRef(const std::vector<double>& x,
+                               const DoubleMatrix& w, double eps) {
+  double ss = 0;
+  for (double e : x) ss += e * e;
+  const double scale = 1.0 / std::sqrt(ss / x.size() + eps);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = w.v[i] * x[i] * scale;
+  return out;
+}
+
+void AddBias(const WeightTensor& b, std::vector<double>& x) {
+  if (b.data == nullptr) return;
+  for (size_t i = 0; i < x.size(); ++i) x[i] += b.f32()[i];
+}
+
+// Rotates the first rotary_dim dims of each of n_heads heads of x at `pos`.
+void RopeRef(const ModelWeights& w, int n_heads, int64_t pos,
+             std::vector<double>& x) {
+  const ModelConfig& c = w.config;
+  const int rd = c.rotary_dim(), half = rd / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    double* head = &x[int64_t{h} * c.head_dim];
+    for (int i = 0; i < half; ++i) {
+      double freq = std::pow(double{c.rope_theta}, -2.0 * i / rd);
+      if (!w.rope_freq_factors.empty()) freq /= w.rope_freq_factors[i];
+      const double angle = pos * freq;
+      // llama.cpp's NORM pairs (2i, 2i+1); NEOX pairs (i, i + rd/2).
+      double& a =
+          c.rope_style == RopeStyle::kSplitHalves ? head[i] : head[2 * i];
+      double& b = c.rope_style == RopeStyle::kSplitHalves ? head[i + half]
+                                                          : head[2 * i + 1];
+      const double a0 = a, b0 = b;
+      a = a0 * std::cos(angle) - b0 * std::sin(angle);
+      b = a0 * std::sin(angle) + b0 * std::cos(angle);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> ReferenceLogits(
+    const ModelWeights& w, const std::vector<int32_t>& tokens) {
+  const ModelConfig& c = w.config;
+  const int T = tokens.size(), hd = c.head_dim;
+  std::vector<std::vector<double>> x(T);
+  {
+    const DoubleMatrix embd(w.token_embd);
+    for (int t = 0; t < T; ++t) {
+      x[t].assign(embd.v.begin() + int64_t{tokens[t]} * c.dim,
+                  embd.v.begin() + int64_t{tokens[t] + 1} * c.dim);
+    }
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const DoubleMatrix attn_norm(lw.attn_norm), wq(lw.wq), wk(lw.wk), wv(lw.wv),
+        wo(lw.wo), ffn_norm(lw.ffn_norm), w_gate(lw.w_gate), w_up(lw.w_up),
+        w_down(lw.w_down);
+    std::vector<std::vector<double>> q(T), k(T), v(T);
+    for (int t = 0; t < T; ++t) {
+      const std::vector<double> xb = RmsNormRef(x[t], attn_norm, c.norm_eps);
+      q[t] = wq.Times(xb);
+      k[t] = wk.Times(xb);
+      v[t] = wv.Times(xb);
+      AddBias(lw.bq, q[t]);
+      AddBias(lw.bk, k[t]);
+      AddBias(lw.bv, v[t]);
+      RopeRef(w, c.n_heads, t, q[t]);
+      RopeRef(w, c.n_kv_heads, t, k[t]);
+    }
+    for (int t = 0; t < T; ++t) {
+      // Positions t - window < u <= t.
+      const int first =
+          c.sliding_window > 0 ? std::max(0, t - c.sliding_window + 1) : 0;
+      std::vector<double> att(c.q_dim(), 0.0);
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int g = h / c.kv_mul();
+        std::vector<double> s(t + 1 - first);
+        double mx = -1e300;
+        for (int u = first; u <= t; ++u) {
+          double dot = 0;
+          for (int i = 0; i < hd; ++i) {
+            dot += q[t][h * hd + i] * k[u][g * hd + i];
+          }
+          s[u - first] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, s[u - first]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (int u = first; u <= t; ++u) {
+          for (int i = 0; i < hd; ++i) {
+            att[h * hd + i] += s[u - first] / sum * v[u][g * hd + i];
+          }
+        }
+      }
+      const std::vector<double> o = wo.Times(att);
+      for (int i = 0; i < c.dim; ++i) x[t][i] += o[i];
+      const std::vector<double> xb = RmsNormRef(x[t], ffn_norm, c.norm_eps);
+      std::vector<double> gate = w_gate.Times(xb);
+      const std::vector<double> up = w_up.Times(xb);
+      for (int i = 0; i < c.hidden_dim; ++i) {
+        gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      }
+      const std::vector<double> down = w_down.Times(gate);
+      for (int i = 0; i < c.dim; ++i) x[t][i] += down[i];
+    }
+  }
+  const DoubleMatrix output(w.output), output_norm(w.output_norm);
+  std::vector<std::vector<double>> logits(T);
+  for (int t = 0; t < T; ++t) {
+    logits[t] = output.Times(RmsNormRef(x[t], output_norm, c.norm_eps));
+  }
+  return logits;
+}
+
+double RelativeError(absl::Span<const float> got,
+                     const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
 }
 
 ReferenceRun AsReference(const std::vector<int32_t>& prompt,

@@ -41,6 +41,18 @@ struct OurRun {
 OurRun RunGreedy(Model& model, BlockPool* pool,
                  const std::vector<int32_t>& prompt, int n);
 
+// The logits after each of `tokens` (positions 0, 1, ...) by a plain
+// double-precision forward pass written from the math, recomputing every
+// position from scratch: q/k/v biases, both RoPE styles (rotary_dim and
+// frequency factors), the sliding window, tied output, any stored matrix
+// type (dequantized). Independent of Model, GqaAttention and Linear.
+std::vector<std::vector<double>> ReferenceLogits(
+    const ModelWeights& weights, const std::vector<int32_t>& tokens);
+
+// ‖got − want‖ / ‖want‖.
+double RelativeError(absl::Span<const float> got,
+                     const std::vector<double>& want);
+
 // `ours` as a reference (its own top-5 and gaps).
 ReferenceRun AsReference(const std::vector<int32_t>& prompt,
                          const OurRun& ours);

@@ -1,5 +1,6 @@
 #include "core/attention/gqa_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -122,14 +123,29 @@ class Cache {
     return x;
   }
 
-  // softmax(q·K[0, n_ctx)ᵀ / sqrt(d)) · V for query head `head`, in double.
+  // Layer kLayer's K and V of the sequence's blocks wholly before `pos`
+  // become NaN (the reference keeps its copy): reading them fails the test.
+  void PoisonBefore(int seq, int64_t pos) {
+    const int64_t block_bytes = int64_t{shape_.n_kv_heads} *
+                                shape_.block_tokens * shape_.head_dim *
+                                DTypeSize(shape_.dtype);
+    for (int64_t b = 0; b < pos / shape_.block_tokens; ++b) {
+      const int32_t id = tables_[seq].blocks()[b];
+      std::memset(pool_->KeyBlock(kLayer, id), 0xff, block_bytes);
+      std::memset(pool_->ValueBlock(kLayer, id), 0xff, block_bytes);
+    }
+  }
+
+  // softmax(q·K[first, n_ctx)ᵀ / sqrt(d)) · V for query head `head`, in
+  // double; first = n_ctx - window with a window (> 0), else 0.
   std::vector<double> Reference(int seq, int64_t n_ctx, int head,
-                                const float* q) const {
+                                const float* q, int64_t window = 0) const {
     const int d_dim = shape_.head_dim;
     const int g = head / (shape_.n_heads / shape_.n_kv_heads);
-    std::vector<double> s(n_ctx);
+    const int64_t first = window > 0 ? std::max<int64_t>(0, n_ctx - window) : 0;
+    std::vector<double> s(n_ctx, -INFINITY);
     double m = -INFINITY;
-    for (int64_t t = 0; t < n_ctx; ++t) {
+    for (int64_t t = first; t < n_ctx; ++t) {
       const float* k = &k_[seq][t * kv_dim() + g * d_dim];
       double dot = 0;
       for (int d = 0; d < d_dim; ++d) dot += double{q[d]} * k[d];
@@ -138,7 +154,7 @@ class Cache {
     }
     double l = 0;
     std::vector<double> out(d_dim, 0.0);
-    for (int64_t t = 0; t < n_ctx; ++t) {
+    for (int64_t t = first; t < n_ctx; ++t) {
       const double p = std::exp(s[t] - m);
       l += p;
       const float* v = &v_[seq][t * kv_dim() + g * d_dim];
@@ -181,9 +197,10 @@ class ErrorNorm {
 
 absl::StatusOr<std::unique_ptr<GqaAttention>> TryMakeAttention(
     const BlockPool* pool, const Shape& s, AttentionPath decode_path,
-    AttentionPath prefill_path) {
+    AttentionPath prefill_path, int sliding_window = 0) {
   GqaAttentionOptions o;
   o.n_heads = s.n_heads;
+  o.sliding_window = sliding_window;
   o.decode_path = decode_path;
   o.prefill_path = prefill_path;
   return GqaAttention::Create(pool, o);
@@ -201,9 +218,11 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> TryMakeAttention(
   ASSERT_TRUE(var##_or.ok()) << var##_or.status();                    \
   std::unique_ptr<GqaAttention> var = std::move(*var##_or)
 
-// Runs GqaDecode on `seqs` (index, n_ctx) and checks every row.
+// Runs GqaDecode on `seqs` (index, n_ctx) and checks every row (against
+// the reference with `window`, which must be the attention's).
 void CheckDecode(Cache& cache, GqaAttention& attention, const Shape& shape,
-                 const std::vector<std::pair<int, int64_t>>& seqs) {
+                 const std::vector<std::pair<int, int64_t>>& seqs,
+                 int64_t window = 0) {
   const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
   std::vector<SeqKv> views;
   for (auto [seq, n_ctx] : seqs) views.push_back(cache.View(seq, n_ctx));
@@ -214,11 +233,12 @@ void CheckDecode(Cache& cache, GqaAttention& attention, const Shape& shape,
     ErrorNorm err;
     for (int h = 0; h < shape.n_heads; ++h) {
       const int64_t at = b * row + int64_t{h} * shape.head_dim;
-      err.Add(&out[at],
-              cache.Reference(seqs[b].first, seqs[b].second, h, &q[at]));
+      err.Add(&out[at], cache.Reference(seqs[b].first, seqs[b].second, h,
+                                        &q[at], window));
     }
     EXPECT_LT(err.Relative(), Tolerance(shape.dtype))
-        << Name(shape) << " seq " << b << " n_ctx " << seqs[b].second;
+        << Name(shape) << " seq " << b << " n_ctx " << seqs[b].second
+        << " window " << window;
   }
 }
 
@@ -366,6 +386,82 @@ INSTANTIATE_TEST_SUITE_P(
                                  ? "onednn"
                                  : "fused");
     });
+
+// A sliding window W (the query at i attends to i - W < j <= i) in decode
+// and prefill: windows shorter and longer than a block, starting inside a
+// block or at its start, and longer than the context. The blocks wholly
+// before a window hold NaN: they must not be read.
+class WindowTest
+    : public ::testing::TestWithParam<std::tuple<DType, AttentionPath>> {};
+
+TEST_P(WindowTest, DecodeAndPrefillWithinTheWindow) {
+  const auto [dtype, path] = GetParam();
+  const int bt = 16;
+  const Shape shape{8, 2, 64, bt, dtype};
+  const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
+  for (int64_t window : {1, 5, bt, bt + 3, 100, 5000}) {
+    Cache cache(shape, 6000, 17 + window);
+    MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, path, path,
+                           static_cast<int>(window));
+    std::vector<std::pair<int, int64_t>> batch;
+    for (int64_t len : {int64_t{1}, int64_t{3}, int64_t{bt},
+                        2 * int64_t{bt} + 5, int64_t{1000}}) {
+      const int seq = cache.Add(len);
+      cache.PoisonBefore(seq, len - window);
+      batch.push_back({seq, len});
+    }
+    CheckDecode(cache, *attention, shape, batch, window);
+    for (const auto& one : batch) {
+      CheckDecode(cache, *attention, shape, {one}, window);
+    }
+    struct Chunk {
+      int64_t start, n_new;
+    };
+    for (Chunk c : {Chunk{0, 37}, Chunk{bt - 1, bt + 2}, Chunk{200, 70},
+                    Chunk{5, 7}, Chunk{300, 1}}) {
+      const int seq = cache.Add(c.start + c.n_new);
+      cache.PoisonBefore(seq, c.start - window + 1);
+      std::vector<float> q = cache.Random(c.n_new * row);
+      std::vector<float> out(q.size(), kNaN);
+      attention->GqaPrefill(kLayer, cache.View(seq, c.start + c.n_new), c.start,
+                            c.n_new, q.data(), out.data());
+      ErrorNorm err;
+      for (int64_t i = 0; i < c.n_new; ++i) {
+        for (int h = 0; h < shape.n_heads; ++h) {
+          const int64_t at = i * row + int64_t{h} * shape.head_dim;
+          err.Add(&out[at],
+                  cache.Reference(seq, c.start + i + 1, h, &q[at], window));
+        }
+      }
+      EXPECT_LT(err.Relative(), Tolerance(dtype))
+          << Name(shape) << " window " << window << " start " << c.start
+          << " n_new " << c.n_new;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DTypesAndPaths, WindowTest,
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(AttentionPath::kFused,
+                                         AttentionPath::kOneDnn,
+                                         AttentionPath::kAuto)),
+    [](const auto& info) {
+      const AttentionPath p = std::get<1>(info.param);
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             p == AttentionPath::kOneDnn  ? "onednn"
+                             : p == AttentionPath::kFused ? "fused"
+                                                          : "auto");
+    });
+
+TEST(GqaAttentionTest, RejectsANegativeWindow) {
+  Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);
+  GqaAttentionOptions o;
+  o.n_heads = 8;
+  o.sliding_window = -1;
+  EXPECT_EQ(GqaAttention::Create(cache.pool(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST(GqaAttentionTest, RejectsHeadsNotAMultipleOfKvHeads) {
   Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,11 +77,16 @@ std::string Tiny(const TinySpec& spec) {
   return w.Serialize();
 }
 
-absl::StatusOr<LoadedModel> Load(const std::string& bytes,
+// The bytes live as long as the weights, which may view them.
+absl::StatusOr<LoadedModel> Load(std::string bytes,
                                  std::string dtype = "auto") {
   LoadOptions o;
   o.weight_dtype = std::move(dtype);
-  return LoadModelFromFile(MappedFile::FromBytes(bytes, "tiny.gguf"), o);
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  absl::StatusOr<LoadedModel> m =
+      LoadModelFromFile(MappedFile::FromBytes(*owned, "tiny.gguf"), o);
+  if (m.ok()) m->weights->storage.push_back(owned);
+  return m;
 }
 
 void ExpectError(const TinySpec& spec, std::vector<std::string> fragments) {
@@ -189,6 +195,148 @@ TEST(BadModelTest, RopeFreqFactors) {
                 std::string(reinterpret_cast<const char*>(f.data()), 8));
   };
   ExpectError(s, {"rope_freqs.weight", "not positive"});
+}
+
+// Tiny's phi3 form: attn_qkv (rows q, k, v) and ffn_up holding gate, then
+// up, every element its row index (f32).
+TinySpec TinyPhi3() {
+  TinySpec s;
+  s.arch = "phi3";
+  s.omit = {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+            "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight"};
+  s.extra_tensors = [](GgufWriter& w) {
+    auto rows = [](int64_t n, int64_t cols) {
+      std::vector<float> f(n * cols);
+      for (int64_t i = 0; i < n * cols; ++i)
+        f[i] = static_cast<float>(i / cols);
+      return std::string(reinterpret_cast<const char*>(f.data()),
+                         f.size() * sizeof(float));
+    };
+    w.AddTensor("blk.0.attn_qkv.weight", {8, 16}, GgmlType::kF32, rows(16, 8));
+    w.AddTensor("blk.0.ffn_up.weight", {8, 24}, GgmlType::kF32, rows(24, 8));
+  };
+  return s;
+}
+
+TEST(BadModelTest, Phi3FusedMatricesAreSplitIntoViews) {
+  absl::StatusOr<LoadedModel> m = Load(Tiny(TinyPhi3()));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = m->weights->config;
+  EXPECT_EQ(c.rope_style, RopeStyle::kSplitHalves);
+  EXPECT_EQ(c.sliding_window, 0);
+  const LayerWeights& l = m->weights->layers[0];
+  // q is rows 0-7, k 8-11, v 12-15; gate rows 0-11, up 12-23.
+  EXPECT_EQ(l.wq.rows, 8);
+  EXPECT_EQ(l.wk.f32()[0], 8.0f);
+  EXPECT_EQ(l.wv.f32()[0], 12.0f);
+  EXPECT_EQ(l.wv.rows, 4);
+  EXPECT_EQ(l.w_gate.rows, 12);
+  EXPECT_EQ(l.w_up.f32()[0], 12.0f);
+  EXPECT_EQ(l.w_up.f32()[11 * 8], 23.0f);
+  // The file's tensors, counted once: embd, 2 norms, qkv, wo, up, down,
+  // output_norm.
+  EXPECT_EQ(m->weights->TypeSummary(), "f32 x 8");
+  TinySpec s = TinyPhi3();
+  s.extra_metadata = [](GgufWriter& w) {
+    w.AddUint32("phi3.attention.sliding_window", 5);
+  };
+  m = Load(Tiny(s));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->weights->config.sliding_window, 5);
+}
+
+TEST(BadModelTest, Qwen2BiasesLoad) {
+  TinySpec s;
+  s.arch = "qwen2";
+  s.extra_tensors = [](GgufWriter& w) {
+    for (auto [name, n] : {std::pair{"blk.0.attn_q.bias", 8},
+                           {"blk.0.attn_k.bias", 4},
+                           {"blk.0.attn_v.bias", 4}}) {
+      std::vector<float> f(n, 0.5f);
+      w.AddTensor(name, {n}, GgmlType::kF32,
+                  std::string(reinterpret_cast<const char*>(f.data()), 4 * n));
+    }
+  };
+  absl::StatusOr<LoadedModel> m = Load(Tiny(s));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->weights->config.rope_style, RopeStyle::kSplitHalves);
+  const LayerWeights& l = m->weights->layers[0];
+  ASSERT_NE(l.bk.data, nullptr);
+  EXPECT_EQ(l.bk.cols, 4);
+  EXPECT_EQ(l.bv.f32()[3], 0.5f);
+  // A llama file without biases has none.
+  m = Load(Tiny({}));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->weights->config.rope_style, RopeStyle::kAdjacentPairs);
+  EXPECT_EQ(m->weights->layers[0].bq.data, nullptr);
+}
+
+TEST(BadModelTest, UnsupportedFeaturesAreRefusedByName) {
+  TinySpec s;
+  s.arch = "gemma";
+  ExpectError(
+      s, {"'gemma'", "general.architecture", "supported: llama, qwen2, phi3"});
+  auto with_key = [](std::string arch, std::function<void(GgufWriter&)> f) {
+    TinySpec t = arch == "phi3" ? TinyPhi3() : TinySpec{};
+    t.arch = arch;
+    t.extra_metadata = std::move(f);
+    return t;
+  };
+  ExpectError(with_key("phi3",
+                       [](GgufWriter& w) {
+                         w.AddString("phi3.rope.scaling.type", "longrope");
+                       }),
+              {"phi3.rope.scaling.type", "longrope"});
+  ExpectError(with_key("phi3",
+                       [](GgufWriter& w) {
+                         w.AddFloat32("phi3.rope.scaling.attn_factor", 1.19f);
+                       }),
+              {"phi3.rope.scaling.attn_factor", "1.19"});
+  ExpectError(with_key("llama",
+                       [](GgufWriter& w) {
+                         w.AddFloat32("llama.rope.scaling.factor", 8.0f);
+                       }),
+              {"llama.rope.scaling.factor", "8"});
+  ExpectError(with_key("qwen2",
+                       [](GgufWriter& w) {
+                         w.AddInt32("qwen2.attention.sliding_window", -3);
+                       }),
+              {"qwen2.attention.sliding_window", "-3"});
+  // Neutral values load.
+  EXPECT_TRUE(Load(Tiny(with_key("phi3", [](GgufWriter& w) {
+                w.AddFloat32("phi3.rope.scaling.attn_factor", 1.0f);
+                w.AddString("phi3.rope.scaling.type", "none");
+              }))).ok());
+
+  // Tensors we would not compute.
+  auto with_tensor = [](std::string arch, std::string name,
+                        std::vector<int64_t> dims) {
+    TinySpec t = arch == "phi3" ? TinyPhi3() : TinySpec{};
+    t.arch = arch;
+    auto base = t.extra_tensors;
+    t.extra_tensors = [base, name, dims](GgufWriter& w) {
+      if (base) base(w);
+      w.AddTensor(
+          name, dims, GgmlType::kF32,
+          std::string(GgufWriter::TensorBytes(dims, GgmlType::kF32), '\0'));
+    };
+    return t;
+  };
+  ExpectError(with_tensor("phi3", "rope_factors_long.weight", {2}),
+              {"rope_factors_long.weight", "LongRoPE"});
+  ExpectError(with_tensor("qwen2", "blk.0.attn_output.bias", {8}),
+              {"blk.0.attn_output.bias", "attention output bias"});
+  ExpectError(with_tensor("llama", "blk.0.mystery.weight", {8}),
+              {"blk.0.mystery.weight", "llama forward pass"});
+  // phi3's stacked ffn_up must hold 2 * hidden_dim rows.
+  TinySpec t = TinyPhi3();
+  t.extra_tensors = [](GgufWriter& w) {
+    w.AddTensor("blk.0.attn_qkv.weight", {8, 16}, GgmlType::kF32,
+                std::string(16 * 8 * 4, '\0'));
+    w.AddTensor("blk.0.ffn_up.weight", {8, 12}, GgmlType::kF32,
+                std::string(12 * 8 * 4, '\0'));
+  };
+  ExpectError(t, {"blk.0.ffn_up.weight", "[8, 24]", "gate and up stacked"});
 }
 
 TEST(BadModelTest, Llama2cHeaderErrors) {

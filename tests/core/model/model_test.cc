@@ -1,5 +1,5 @@
-// The batched forward pass against a plain double-precision reference of the
-// same architecture, written here from the math.
+// The batched forward pass against the plain double-precision reference
+// (tests/testing/greedy_reference.h), written from the math.
 #include "core/model/model.h"
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "core/model/gguf.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/greedy_reference.h"
 
 namespace kvserve {
 namespace {
@@ -28,110 +29,8 @@ RandomModelOptions SmallModel() {
   return o;
 }
 
-std::vector<double> MatVec(const WeightTensor& w,
-                           const std::vector<double>& x) {
-  std::vector<double> y(w.rows, 0.0);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t c = 0; c < w.cols; ++c) y[r] += w.f32()[r * w.cols + c] * x[c];
-  }
-  return y;
-}
-
-std::vector<double> RmsNorm(const std::vector<double>& x, const WeightTensor& w,
-                            double eps) {
-  double ss = 0;
-  for (double v : x) ss += v * v;
-  const double scale = 1.0 / std::sqrt(ss / x.size() + eps);
-  std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = w.f32()[i] * x[i] * scale;
-  return out;
-}
-
-void Rope(std::vector<double>& x, int n_heads, int head_dim, int64_t pos,
-          double theta) {
-  for (int h = 0; h < n_heads; ++h) {
-    for (int i = 0; i < head_dim; i += 2) {
-      const double angle = pos * std::pow(theta, -double(i) / head_dim);
-      double& a = x[h * head_dim + i];
-      double& b = x[h * head_dim + i + 1];
-      const double a0 = a, b0 = b;
-      a = a0 * std::cos(angle) - b0 * std::sin(angle);
-      b = a0 * std::sin(angle) + b0 * std::cos(angle);
-    }
-  }
-}
-
-// Logits after each token of `tokens`, recomputing everything from scratch.
-std::vector<std::vector<double>> Reference(const ModelWeights& w,
-                                           const std::vector<int32_t>& tokens) {
-  const ModelConfig& c = w.config;
-  const int T = tokens.size(), hd = c.head_dim;
-  std::vector<std::vector<double>> x(T, std::vector<double>(c.dim));
-  for (int t = 0; t < T; ++t) {
-    for (int i = 0; i < c.dim; ++i) {
-      x[t][i] = w.token_embd.f32()[tokens[t] * c.dim + i];
-    }
-  }
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& lw = w.layers[l];
-    std::vector<std::vector<double>> q(T), k(T), v(T);
-    for (int t = 0; t < T; ++t) {
-      std::vector<double> xb = RmsNorm(x[t], lw.attn_norm, c.norm_eps);
-      q[t] = MatVec(lw.wq, xb);
-      k[t] = MatVec(lw.wk, xb);
-      v[t] = MatVec(lw.wv, xb);
-      Rope(q[t], c.n_heads, hd, t, c.rope_theta);
-      Rope(k[t], c.n_kv_heads, hd, t, c.rope_theta);
-    }
-    for (int t = 0; t < T; ++t) {
-      std::vector<double> att(c.q_dim(), 0.0);
-      for (int h = 0; h < c.n_heads; ++h) {
-        const int g = h / c.kv_mul();
-        std::vector<double> s(t + 1);
-        double mx = -1e300;
-        for (int u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int i = 0; i < hd; ++i)
-            dot += q[t][h * hd + i] * k[u][g * hd + i];
-          s[u] = dot / std::sqrt(double(hd));
-          mx = std::max(mx, s[u]);
-        }
-        double sum = 0;
-        for (double& e : s) sum += (e = std::exp(e - mx));
-        for (int u = 0; u <= t; ++u) {
-          for (int i = 0; i < hd; ++i) {
-            att[h * hd + i] += s[u] / sum * v[u][g * hd + i];
-          }
-        }
-      }
-      std::vector<double> o = MatVec(lw.wo, att);
-      for (int i = 0; i < c.dim; ++i) x[t][i] += o[i];
-      std::vector<double> xb = RmsNorm(x[t], lw.ffn_norm, c.norm_eps);
-      std::vector<double> gate = MatVec(lw.w_gate, xb),
-                          up = MatVec(lw.w_up, xb);
-      for (int i = 0; i < c.hidden_dim; ++i) {
-        gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-      }
-      std::vector<double> down = MatVec(lw.w_down, gate);
-      for (int i = 0; i < c.dim; ++i) x[t][i] += down[i];
-    }
-  }
-  std::vector<std::vector<double>> logits(T);
-  for (int t = 0; t < T; ++t) {
-    logits[t] = MatVec(w.output, RmsNorm(x[t], w.output_norm, c.norm_eps));
-  }
-  return logits;
-}
-
-double RelativeError(absl::Span<const float> got,
-                     const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using testing::ReferenceLogits;
+using testing::RelativeError;
 
 class ModelTest : public ::testing::Test {
  protected:
@@ -151,7 +50,7 @@ class ModelTest : public ::testing::Test {
     pool_ = *BlockPool::Create(o);
     model_ = *Model::Create(weights_, pool_.get());
     tokens_ = {1, 17, 3, 42, 8, 8, 23, 49, 0, 5, 11, 30, 2};
-    reference_ = Reference(*weights_, tokens_);
+    reference_ = ReferenceLogits(*weights_, tokens_);
   }
 
   // Feeds tokens_ to a fresh sequence in chunks of `chunk` and checks the
