@@ -43,15 +43,17 @@ build: configure
 run: build
 	./$(BUILD)/kvserve $(RUN_FLAGS)
 
-# Every test: the unit and integration suites (the load and fault suite,
-# label soak, has its own target: `make soak`), ops, and the TSan
-# suite. Not yet here: `make asan-test` (its build alone takes ~13 min on 2
-# cores) and `make fuzz-smoke` (a clang build of its own) — see README,
-# "Reliability".
+# Every test: the unit and integration suites, the 60 s load and fault
+# suite (label soak, alone so that its timings are its own), ops, the TSan
+# suite, the ASan + UBSan suite and a short run of every fuzzer (both on
+# the clang sanitizer build, build-asan/).
 test: build format-check
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 --timeout 900 -LE soak
+	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -L soak
 	$(MAKE) --no-print-directory ops-test BUILD=$(BUILD)
 	$(MAKE) --no-print-directory tsan-test
+	$(MAKE) --no-print-directory asan-test
+	$(MAKE) --no-print-directory fuzz-smoke
 
 format:
 	clang-format -i $(CXX_FILES)
@@ -64,32 +66,38 @@ debug:
 	$(MAKE) build BUILD=build-debug CMAKE_FLAGS=-DCMAKE_BUILD_TYPE=Debug
 
 # --- Sanitizers (`make test` runs both after the normal suites) -------------
-# asan-test: every unit and integration test, /avx2 duplicates included, on
-# an ASan + UBSan build in build-asan/ (the servers the integration tests
-# start are that build's kvserve); any report fails its test.
+# asan-test: every unit and integration test, /avx2 copies included, on the
+# clang ASan + UBSan build in build-asan/ (UB aborts; the servers the
+# integration tests start are that build's kvserve; each test binary is one
+# ctest test there). The same build holds the fuzzers (below): the libraries
+# carry libFuzzer's coverage hooks, which the test binaries leave unused.
 # tsan-test: the tests labelled tsan (tests/CMakeLists.txt) on a TSan build
 # of only those binaries in build-tsan/, with one OpenMP thread. Debian's
 # libgomp, Abseil and gRPC are not instrumented, so TSan cannot see their
 # synchronization: the code it runs locks with std::mutex, and gRPC's
 # threads are left to ASan and the soak.
 .PHONY: asan-test tsan-test
+SAN_BUILD ?= build-asan
 SAN_ENV := OMP_WAIT_POLICY=passive UBSAN_OPTIONS=print_stacktrace=1
+# allocator_may_return_null: a refused allocation returns null as in
+# production (tests ask for impossible KV budgets); handle_sigbus=0: a test
+# expects the kernel's SIGBUS for a truncated mapped model.
 ASAN_ENV := $(SAN_ENV) \
-  ASAN_OPTIONS=detect_stack_use_after_return=1:check_initialization_order=1
+  ASAN_OPTIONS=detect_stack_use_after_return=1:check_initialization_order=1:allocator_may_return_null=1:handle_sigbus=0 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp
 TSAN_ENV := $(SAN_ENV) OMP_NUM_THREADS=1 TSAN_OPTIONS=second_deadlock_stack=1
 
 asan: asan-test
 
-asan-test:
-	$(MAKE) --no-print-directory build BUILD=build-asan \
-	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=ON"
-	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j 2 --timeout 900
+asan-test: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	cd $(SAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j 2 -LE soak
 
 tsan-test:
 	$(MAKE) --no-print-directory configure BUILD=build-tsan \
 	  CMAKE_FLAGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=thread"
 	cmake --build build-tsan -j $(JOBS) --target kvserve_tsan_tests
-	cd build-tsan && $(TSAN_ENV) ctest -L tsan --output-on-failure -j 2 --timeout 900
+	cd build-tsan && $(TSAN_ENV) ctest -L tsan --output-on-failure -j 2
 
 clean:
 	rm -rf $(BUILD)
@@ -105,14 +113,13 @@ soak-60s: build
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest -L soak --output-on-failure
 
 # --- Fuzzing: libFuzzer targets (tests/fuzz/) --------------------------------
-# A clang build of only the fuzzers in build-fuzz/ (-DKVSERVE_FUZZ=ON: our
-# libraries with coverage instrumentation, ASan and UBSan). `make fuzz` runs
-# each fuzzer FUZZ_SECONDS on its corpus (build-fuzz/fuzz/corpus/<name>,
+# The clang sanitizer build, build-asan/ (-DKVSERVE_FUZZ=ON: our libraries
+# with libFuzzer's coverage instrumentation, ASan and UBSan). `make fuzz`
+# runs each fuzzer FUZZ_SECONDS on its corpus (build-asan/fuzz/corpus/<name>,
 # kept between runs) and prints executions and crashes per fuzzer and in
 # total; `make fuzz-smoke` is the short run `make test` does. A crash's
-# input is saved under build-fuzz/fuzz/artifacts/.
-.PHONY: fuzz-deps fuzz-build fuzz fuzz-smoke
-FUZZ_BUILD ?= build-fuzz
+# input is saved under build-asan/fuzz/artifacts/.
+.PHONY: fuzz-deps san-configure fuzz-build fuzz fuzz-smoke
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZERS ?= gguf llama2c tokenizer_spm tokenizer_bpe utf8 session_log \
@@ -122,18 +129,20 @@ FUZZ_DEPS := clang libclang-rt-14-dev libomp-dev
 fuzz-deps: deps
 	$(call install_missing,$(FUZZ_DEPS))
 
-$(FUZZ_BUILD)/CMakeCache.txt: | fuzz-deps
-	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Release \
+$(SAN_BUILD)/CMakeCache.txt: | fuzz-deps
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Release \
 	  -DCMAKE_CXX_COMPILER=clang++ -DKVSERVE_FUZZ=ON
 
-fuzz-build: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+san-configure: fuzz-deps $(SAN_BUILD)/CMakeCache.txt
+
+fuzz-build: san-configure
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target fuzzers
 
 fuzz: fuzz-build
-	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
+	tests/fuzz/run_fuzzers.sh $(SAN_BUILD) $(FUZZ_SECONDS) $(FUZZERS)
 
 fuzz-smoke: fuzz-build
-	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
+	tests/fuzz/run_fuzzers.sh $(SAN_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZERS)
 
 # --- Operations: deploy/ exercised by the real tools (tests/ops/) -----------
 # Debian packages only these targets need. Services the packages would start
