@@ -2,12 +2,14 @@
 // bytes (F16, BF16, Q8_0, Q4_K, ... and mixes of them).
 //
 // Few rows (decode): the activations are quantized once per call into each
-// weight type's activation format, and one OpenMP region runs the
+// weight type's activation format (for F16 and BF16 weights: f32 rounded
+// through that type, as ggml computes them), and one OpenMP region runs the
 // matrix-vector kernels of core/quant over the rows of all the stacked
 // matrices, split evenly across threads. Many rows (prefill): panels of
 // weight rows are dequantized into an f32 buffer and multiplied by a oneDNN
-// sgemm whose output is written in place into y's columns (or into a padded
-// copy of y: linear_internal::PrimitiveRows).
+// sgemm (x rounded the same way for F16 and BF16 weights) whose output is
+// written in place into y's columns (or into a padded copy of y:
+// linear_internal::PrimitiveRows).
 #include <omp.h>
 
 #include <algorithm>
@@ -48,8 +50,11 @@ class BlockLinear final : public Linear {
   };
   struct Act {
     quant::Type type;
+    // f32 activations only: the type x is rounded through first (kF16 for
+    // F16 weights, kBF16 for BF16: quant::RoundActivation), or kF32.
+    quant::Type round = quant::Type::kF32;
     int64_t row_bytes = 0;
-    std::vector<uint8_t> buf;  // [m][row_bytes], unused for f32
+    std::vector<uint8_t> buf;  // [m][row_bytes], unused for plain f32
   };
 
   BlockLinear(int64_t n, int64_t k, std::vector<Part> parts,
@@ -117,7 +122,8 @@ class BlockLinear final : public Linear {
     Products(m, y, acts, team);
   }
 
-  static constexpr size_t kMaxActs = 4;  // f32, q8_0, q8_1, q8_K
+  // f32 (as is, through f16, through bf16), q8_0, q8_1, q8_K.
+  static constexpr size_t kMaxActs = 6;
   static constexpr int kMaxMembers = 256;
 
   std::vector<std::vector<uint8_t>>& MemberBuffers(int tid) {
@@ -130,9 +136,14 @@ class BlockLinear final : public Linear {
   // x's m rows in `a`'s format (x itself for f32).
   const void* Quantize(const Act& a, const float* x, int64_t m,
                        std::vector<uint8_t>& buf) const {
-    if (a.type == quant::Type::kF32) return x;
+    if (a.type == quant::Type::kF32 && a.round == quant::Type::kF32) return x;
     if (static_cast<int64_t>(buf.size()) < m * a.row_bytes) {
       buf.resize(m * a.row_bytes);
+    }
+    if (a.type == quant::Type::kF32) {
+      float* out = reinterpret_cast<float*>(buf.data());
+      quant::RoundActivation(a.round, x, m * k_, out);
+      return out;
     }
     for (int64_t r = 0; r < m; ++r) {
       quant::QuantizeActivation(a.type, x + r * k_, k_,
@@ -203,6 +214,21 @@ class BlockLinear final : public Linear {
       in = padded_x.data();
       out = padded_y.data();
     }
+    // Each part's input: `in`, or `in` rounded through its weights' type.
+    thread_local std::vector<float> rounded[kMaxActs];
+    const float* inputs[kMaxActs];
+    for (size_t i = 0; i < acts_.size(); ++i) {
+      inputs[i] = in;
+      if (acts_[i].type == quant::Type::kF32 &&
+          acts_[i].round != quant::Type::kF32) {
+        if (static_cast<int64_t>(rounded[i].size()) < rows * k_) {
+          rounded[i].resize(rows * k_);
+        }
+        quant::RoundActivation(acts_[i].round, in, rows * k_,
+                               rounded[i].data());
+        inputs[i] = rounded[i].data();
+      }
+    }
     dnnl::stream& stream = DnnlStream();
     const dnnl::engine& engine = DnnlEngine();
     for (const Part& p : parts_) {
@@ -219,7 +245,8 @@ class BlockLinear final : public Linear {
         const dnnl::memory::desc dst({rows, nc}, dt::f32, {n_, 1});
         mm.execute(
             stream,
-            {{DNNL_ARG_SRC, dnnl::memory(src, engine, const_cast<float*>(in))},
+            {{DNNL_ARG_SRC,
+              dnnl::memory(src, engine, const_cast<float*>(inputs[p.act]))},
              {DNNL_ARG_WEIGHTS, dnnl::memory(wei, engine, panel)},
              {DNNL_ARG_DST, dnnl::memory(dst, engine, out + p.row0 + c0)}});
         stream.wait();
@@ -261,12 +288,19 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
           w.rows, w.cols, static_cast<int>(w.type)));
     }
     p.gemv = quant::SelectGemv(w.type, Cpu());
+    // F16 and BF16 weights multiply x rounded to their own type, as ggml's
+    // CPU backend computes them (and oneDNN's bf16 matmul, DnnlLinear).
     const quant::Type act = p.info->act_type;
-    auto found = std::find_if(acts.begin(), acts.end(),
-                              [&](const auto& a) { return a.type == act; });
+    const quant::Type round =
+        w.type == quant::Type::kF16 || w.type == quant::Type::kBF16
+            ? w.type
+            : quant::Type::kF32;
+    auto found = std::find_if(acts.begin(), acts.end(), [&](const auto& a) {
+      return a.type == act && a.round == round;
+    });
     p.act = found - acts.begin();
     if (found == acts.end()) {
-      acts.push_back({act, quant::RowBytes(act, k), {}});
+      acts.push_back({act, round, quant::RowBytes(act, k), {}});
     }
     parts.push_back(p);
     n += w.rows;

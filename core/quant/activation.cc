@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/util/bf16.h"
 #include "core/util/check.h"
 #include "core/util/cpu_features.h"
 #include "core/util/fp16.h"
@@ -77,7 +78,30 @@ __attribute__((target("avx2,fma,f16c"))) void Block8Avx2(const float* x,
   std::memcpy(out, &hd, 2);
 }
 
+__attribute__((target("avx2,fma,f16c"))) void RoundF16Avx2(const float* x,
+                                                           int64_t n,
+                                                           float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(
+        _mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = Fp16ToFloat(FloatToFp16(x[i]));
+}
+
 }  // namespace
+
+void RoundActivation(Type through, const float* x, int64_t n, float* out) {
+  KVSERVE_CHECK(through == Type::kF16 || through == Type::kBF16);
+  if (through == Type::kBF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(FloatToBf16(x[i]));
+  } else if (Cpu().avx2_fma()) {
+    RoundF16Avx2(x, n, out);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFloat(FloatToFp16(x[i]));
+  }
+}
 
 void QuantizeActivation(Type act, const float* x, int64_t k, void* out) {
   if (act == Type::kF32) return;

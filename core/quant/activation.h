@@ -18,6 +18,13 @@ namespace kvserve::quant {
 // or kQ8_K and k a multiple of its block; for kF32 nothing is done.
 void QuantizeActivation(Type act, const float* x, int64_t k, void* out);
 
+// out[0, n) = x[0, n) rounded to `through` (kF16 or kBF16, to nearest,
+// ties to even) and widened back: the activations F16 and BF16 weights
+// multiply, as ggml's CPU backend converts them to the weights' type (and
+// oneDNN's bf16 matmul reads bf16). f16 overflow gives ±inf, as there.
+// out may be x.
+void RoundActivation(Type through, const float* x, int64_t n, float* out);
+
 }  // namespace kvserve::quant
 
 #endif  // KVSERVE_CORE_QUANT_ACTIVATION_H_

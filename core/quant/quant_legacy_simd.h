@@ -518,7 +518,8 @@ void GemvBlocks(const GemvArgs& a) {
   }
 }
 
-// --- Float weights × f32 activations. ---
+// --- Float weights × f32 activations (BlockLinear rounds them through
+// f16/bf16 first for F16/BF16 weights, as ggml does). ---
 
 struct F32W {
   using E = float;

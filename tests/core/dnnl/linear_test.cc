@@ -15,36 +15,44 @@
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
 #include "core/util/dtype.h"
+#include "core/util/fp16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
 namespace {
 
-// A [rows][cols] matrix of `dtype` with values ~ U(-1, 1) / sqrt(cols).
+// A [rows][cols] matrix stored as `type` (f32, f16 or bf16) with values
+// ~ U(-1, 1) / sqrt(cols).
 struct Matrix {
-  Matrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix(quant::Type type, int64_t rows, int64_t cols, uint32_t seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
     values.resize(rows * cols);
     for (float& v : values) v = u(rng) * scale;
-    tensor.type = dtype == DType::kF32 ? quant::Type::kF32 : quant::Type::kBF16;
+    tensor.type = type;
     tensor.rows = rows;
     tensor.cols = cols;
-    if (dtype == DType::kBF16) {
-      bf16.resize(values.size());
-      ConvertFloatToBf16(values.data(), values.size(), bf16.data());
-      // The reference sees the weights as stored.
-      for (size_t i = 0; i < values.size(); ++i)
-        values[i] = Bf16ToFloat(bf16[i]);
-      tensor.data = bf16.data();
-    } else {
+    if (type == quant::Type::kF32) {
       tensor.data = values.data();
+      return;
     }
+    halves.resize(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      halves[i] = type == quant::Type::kBF16 ? FloatToBf16(values[i])
+                                             : FloatToFp16(values[i]);
+      // The reference sees the weights as stored.
+      values[i] = type == quant::Type::kBF16 ? Bf16ToFloat(halves[i])
+                                             : Fp16ToFloat(halves[i]);
+    }
+    tensor.data = halves.data();
   }
+  Matrix(DType dtype, int64_t rows, int64_t cols, uint32_t seed)
+      : Matrix(dtype == DType::kF32 ? quant::Type::kF32 : quant::Type::kBF16,
+               rows, cols, seed) {}
   std::vector<float> values;
-  std::vector<uint16_t> bf16;
+  std::vector<uint16_t> halves;
   WeightTensor tensor;
 };
 
@@ -56,10 +64,17 @@ std::vector<float> RandomInput(int64_t m, int64_t k, uint32_t seed) {
   return x;
 }
 
+// x as a matrix stored as `type` multiplies it: rounded to f16 or bf16
+// (oneDNN's bf16 matmul reads bf16; our kernels round x as ggml does).
+double AsMultiplied(quant::Type type, float x) {
+  if (type == quant::Type::kBF16) return Bf16ToFloat(FloatToBf16(x));
+  if (type == quant::Type::kF16) return Fp16ToFloat(FloatToFp16(x));
+  return x;
+}
+
 // Checks y [m][n] against x Wᵀ in double, with W = the matrices stacked
-// along n. `dtype` kBF16: x is rounded to bf16, as oneDNN's bf16 matmul
-// computes (our bf16 kernels read x in f32: pass kF32).
-void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
+// along n, each reading x as AsMultiplied.
+void ExpectMatches(const std::vector<const Matrix*>& ws,
                    const std::vector<float>& x, int64_t m, int64_t k,
                    const std::vector<float>& y) {
   int64_t n = 0;
@@ -71,10 +86,8 @@ void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
       for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
         double ref = 0, mag = 0;
         for (int64_t i = 0; i < k; ++i) {
-          double xv = x[r * k + i];
-          if (dtype == DType::kBF16)
-            xv = Bf16ToFloat(FloatToBf16(x[r * k + i]));
-          const double p = xv * w->values[j * k + i];
+          const double p =
+              AsMultiplied(w->tensor.type, x[r * k + i]) * w->values[j * k + i];
           ref += p;
           mag += std::abs(p);
         }
@@ -104,13 +117,6 @@ void ExpectMatches(const std::vector<const Matrix*>& ws, DType dtype,
   ASSERT_TRUE(var##_or.ok()) << var##_or.status();                    \
   Linear& var = **var##_or
 
-// How x enters the products: rounded to bf16 on oneDNN's bf16 path only.
-DType XType(const Linear& linear, DType weights) {
-  return linear.Describe().find("onednn bf16") != std::string::npos
-             ? weights
-             : DType::kF32;
-}
-
 struct Case {
   DType dtype;
   int64_t n, k;
@@ -132,7 +138,7 @@ TEST_P(LinearTest, MatchesDoubleReferenceForEveryRowCount) {
       const std::vector<float> x = RandomInput(m, c.k, 100 + m + pass);
       std::vector<float> y(m * c.n, std::numeric_limits<float>::quiet_NaN());
       ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
-      ExpectMatches({&w}, XType(linear, c.dtype), x, m, c.k, y);
+      ExpectMatches({&w}, x, m, c.k, y);
     }
   }
 }
@@ -153,23 +159,36 @@ TEST_P(LinearTest, FusedWeightsGiveEachMatrixsOutputSideBySide) {
                          std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
     Matrix a_again(c.dtype, c.n, c.k, 1);
-    ExpectMatches({&a_again, &b, &d}, XType(linear, c.dtype), x, m, c.k, y);
+    ExpectMatches({&a_again, &b, &d}, x, m, c.k, y);
   }
 }
 
+// Each matrix of a mixed stack reads x its own way: f32 as is, f16 and
+// bf16 rounded to their type (as ggml's CPU backend converts activations),
+// in the Gemv kernels (m <= 8) and in the dequantized panels alike.
 TEST(LinearMixedTest, MixedTypesRunInTheirOwnFormats) {
-  Matrix a(DType::kF32, 33, 65, 4), b(DType::kBF16, 31, 65, 5);
-  const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
+  Matrix a(quant::Type::kF32, 33, 65, 4), b(quant::Type::kBF16, 31, 65, 5),
+      c(quant::Type::kF16, 17, 65, 6);
+  const std::vector<WeightTensor> parts = {a.tensor, b.tensor, c.tensor};
   MAKE_LINEAR_OR_SKIP(linear, parts);
   EXPECT_THAT(linear.Describe(), ::testing::HasSubstr("blocks"));
   for (int64_t m : {1, 3, 64, 513}) {
     SCOPED_TRACE(testing::Message() << "m=" << m);
-    const std::vector<float> x = RandomInput(m, 65, 300 + m);
-    std::vector<float> y(m * 64, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> x = RandomInput(m, 65, 300 + m);
+    // Values that tell the three ways apart, so a matrix reading x any
+    // other way fails the reference: 1 + 2^-12 is f32-exact and rounds to
+    // 1 in f16 and bf16; 1 + 2^-10 is f16-exact and rounds to 1 in bf16;
+    // 70000 overflows f16 only.
+    x[0] = 1.0f + 0x1p-12f;
+    x[1] = 1.0f + 0x1p-10f;
+    x[3] = 70000.0f;
+    std::vector<float> y(m * 81, std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
-    // b's values are its bf16 weights; x stays f32 (bf16 rows are read by
-    // our kernels against f32 activations).
-    ExpectMatches({&a, &b}, DType::kF32, x, m, 65, y);
+    // f16 overflow: c's outputs of row 0 are ±inf, as in ggml.
+    for (int64_t j = 64; j < 81; ++j) EXPECT_TRUE(std::isinf(y[j])) << j;
+    x[3] = 7.0f;
+    ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
+    ExpectMatches({&a, &b, &c}, x, m, 65, y);
   }
 }
 
