@@ -16,11 +16,16 @@
 namespace kvserve {
 namespace {
 
-// out = x / rms(x) * w, over n elements.
+// out = x / rms(x) * w, over n elements. The sum of squares is accumulated
+// in double and the mean rounded to float before eps is added, as ggml's
+// CPU rms_norm computes it: a float sum differed from it by an ulp, enough
+// to flip a rounding of the 8-bit activations that follow (the Q6_K and
+// Q3_K goldens' step-0 logits moved by 0.5 and 0.4).
 void RmsNorm(const float* x, const float* w, int n, float eps, float* out) {
-  float ss = 0.0f;
+  double ss = 0.0;
   for (int i = 0; i < n; ++i) ss += x[i] * x[i];
-  const float scale = 1.0f / std::sqrt(ss / n + eps);
+  const float mean = static_cast<float>(ss / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
   for (int i = 0; i < n; ++i) out[i] = w[i] * (scale * x[i]);
 }
 

@@ -1,24 +1,32 @@
 // Every quantized file in ../shared/models/quant served as stored (default
-// flags) against the golden of an independent implementation (llama.cpp,
-// f32 KV cache) in ../shared/golden/quant: greedy tokens agree until the
-// first disagreement, allowed only at a near tie (top1 - top2 < 0.1), and
-// the top-5 logits relative to the top-1 agree within 0.001 for the F32
-// file; for the quantized ones within kQuantizedLogitTol, and a token may
-// then differ where the golden's gap is below that tolerance.
+// flags) against the golden of an independent implementation (llama.cpp
+// c392e50, f32 KV cache) in ../shared/golden/quant: greedy tokens agree
+// until the first disagreement, allowed only at a near tie, and the top-5
+// logits relative to the top-1 agree. The issue's rule (near tie < 0.1,
+// logits within 0.1) is asserted for the F32 file (logits within 0.001),
+// and for every file at step 0, the prompt's logits, where the formats'
+// own arithmetic decides; over all 32 steps the quantized files are held
+// to kQuantizedLogitTol, and the issue's verdict is printed per file.
 //
-// Why not 0.1 for the quantized files: activations are quantized to 8 bits
-// before every matrix product (as llama.cpp does, with the same rounding:
-// core/quant/activation.h), and this synthetic model amplifies a single
-// rounding flip into logit changes of 0.1-0.3. Measured: scaling one
-// activation multiplier by (1 + 1.2e-7) moved the Q4_0 file's step-0 logits
-// by 0.24. Where our operations run in llama.cpp's order (Q8_0, IQ4_NL) the
-// logits are identical to the golden's for the first 7 and 13 steps (Q4_K
-// 6, Q5_K 23, Q2_K 5); after a float-order difference flips one rounding
-// they differ by ~0.1-0.3. Q6_K and Q3_K differ by 0.52 and 0.38 already at
-// step 0, although their dequantization, quantizers and dot products agree
-// bit for bit with ggml's own reference code (checked outside the repo):
-// not explained yet. The worst difference is printed for every file.
+// Why not 0.1 over 32 steps for the quantized files: activations are
+// quantized to 8 bits before every matrix product (as llama.cpp does, with
+// its rounding: core/quant/activation.h), and this synthetic model turns a
+// single flipped rounding (one int8 off by one, after a 1-ulp difference
+// upstream) into 0.1-0.3 of logit a few steps later. The goldens were made
+// by an AVX2 build of llama.cpp c392e50: built here, it reproduces all 14
+// exactly, while its own AVX-512 build misses the rule on two (Q2_K: 0.41;
+// Q4_K: a token flip at a golden gap of 0.20), its float order differing
+// only in the SIMD width. Meeting the rule on every file would take
+// ggml's AVX2 float order in every kernel, attention, RoPE and SiLU.
+// Tensor-by-tensor comparison with that build found two systematic
+// differences, both fixed: RMSNorm's sum of squares (in double there; the
+// Q6_K and Q3_K files were 0.5 and 0.4 off at step 0) and F16/BF16 weights
+// multiplying activations rounded to their own type (stories260K's F16
+// ffn_down). Now (Zen 5; native / avx2 cap / scalar) the rule holds over
+// all 32 steps for 8 / 7 / 8 of the 14 files, and at step 0 for all.
 // ctest runs this binary again under KVSERVE_MAX_ISA=avx2.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -40,10 +48,26 @@ LoadOptions ModelAt(const std::string& path) {
   return o;
 }
 
-// The worst difference measured here over all files and levels is 0.54
-// (Q4_0); the margin is for other CPUs' kernels (their float order differs,
-// and this model amplifies one flipped rounding).
-constexpr double kQuantizedLogitTol = 1.0;
+// The worst difference measured here over all files and levels is 0.38
+// (Q5_1 at the avx2 cap); the margin is for other CPUs' kernels (their
+// float order differs, and this model amplifies one flipped rounding).
+constexpr double kQuantizedLogitTol = 0.5;
+// The issue's bound on logits and near ties.
+constexpr double kIssueTol = 0.1;
+
+// The worst |difference| of step `step`'s top-5 logits relative to the
+// top-1 (the golden's ids looked up in our logits).
+double StepDiff(const testing::ReferenceRun& ref, const testing::OurRun& ours,
+                size_t step) {
+  const std::vector<float>& l = ours.logits[step];
+  const float top = *std::max_element(l.begin(), l.end());
+  double worst = 0;
+  for (const auto& [id, logit] : ref.top5[step]) {
+    worst = std::max<double>(
+        worst, std::abs((l[id] - top) - (logit - ref.top5[step][0].second)));
+  }
+  return worst;
+}
 
 class QuantGoldenTest : public ::testing::TestWithParam<std::string> {};
 
@@ -72,17 +96,27 @@ TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
   ASSERT_TRUE(m.ok()) << m.status();
   testing::OurRun ours =
       testing::RunGreedy(**m, pool.get(), ref->prompt, ref->tokens.size());
+  ASSERT_TRUE(ours.status.ok()) << ours.status;
   const bool f32 = GetParam().ends_with("-f32");
   int compared = 0;
-  ::testing::AssertionResult agrees =
-      testing::AgreesWithReference(*ref, ours, f32 ? 1e-3 : kQuantizedLogitTol,
-                                   f32 ? 0.1 : kQuantizedLogitTol, &compared);
+  ::testing::AssertionResult agrees = testing::AgreesWithReference(
+      *ref, ours, f32 ? 1e-3 : kQuantizedLogitTol,
+      f32 ? kIssueTol : kQuantizedLogitTol, &compared);
   EXPECT_TRUE(agrees) << GetParam() << " (" << files->weights->TypeSummary()
                       << ") on " << CpuSummary();
-  std::printf("%s: %s\n", GetParam().c_str(), agrees.message());
   // Step 0's logits are always compared; its token may be a near tie.
-  EXPECT_TRUE(compared >= 1 || ref->gap[0] < (f32 ? 0.1 : kQuantizedLogitTol))
+  EXPECT_TRUE(compared >= 1 ||
+              ref->gap[0] < (f32 ? kIssueTol : kQuantizedLogitTol))
       << compared;
+  const double step0 = StepDiff(*ref, ours, 0);
+  EXPECT_LE(step0, kIssueTol) << GetParam() << " on " << CpuSummary();
+  ::testing::AssertionResult issue =
+      testing::AgreesWithReference(*ref, ours, kIssueTol, kIssueTol, nullptr);
+  std::printf(
+      "%s: %s; step 0 within %.3g; the issue's rule over %zu steps: "
+      "%s%s\n",
+      GetParam().c_str(), agrees.message(), step0, ref->tokens.size(),
+      issue ? "met" : "missed, ", issue ? "" : issue.message());
 }
 
 INSTANTIATE_TEST_SUITE_P(
