@@ -3,7 +3,7 @@
 // against limits measured in the same run.
 //
 //   decode_bench [--json] [--rounds=N] [--types=f16,bf16,...] [--quick]
-//                [--gemv_max_rows=N] [--no_avx2]
+//                [--gemv_max_rows=N] [--no_avx2] [--prefill_paths]
 //
 // The model is made here (bench/util BenchModelOptions with 8 layers: dim
 // 1024, 16 heads / 4 KV heads, hidden 2816, 91 M parameters), once per
@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,7 @@
 #include "core/model/loader.h"
 #include "core/model/model.h"
 #include "core/util/cpu_features.h"
+#include "core/util/status_macros.h"
 
 namespace kvserve {
 namespace {
@@ -255,6 +257,56 @@ absl::StatusOr<Row> Prefill(const Env& env, const ModelWeights& w,
   return r;
 }
 
+// --prefill_paths: a chunk of `rows` tokens at position 0 through the two
+// routes a quantized matrix can take above a few rows, timed alternately
+// (the machine is shared): dequantized panels + oneDNN sgemm
+// (gemv_max_rows 8) and the int8 kernels on quantized activations for
+// every row (gemv_max_rows = rows). Prints the best median of each.
+absl::Status ComparePrefillPaths(const Env& env, const ModelWeights& w,
+                                 const std::string& type, int64_t rows) {
+  const ModelConfig& c = w.config;
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool = MakePool(c, rows + 16);
+  if (!pool.ok()) return pool.status();
+  std::unique_ptr<Model> models[2];
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        Model::Create(&w, pool->get(),
+                      {.max_batch_tokens = std::max<int64_t>(rows, 512),
+                       .gemv_max_rows = i == 0 ? 8 : rows,
+                       .decode_in_team = env.team});
+    if (!m.ok()) return m.status();
+    models[i] = *std::move(m);
+  }
+  BlockTable table(pool->get());
+  KVSERVE_RETURN_IF_ERROR(table.Extend(rows));
+  std::vector<int32_t> tokens(rows);
+  for (int64_t i = 0; i < rows; ++i) tokens[i] = (i * 7) % c.vocab_size;
+  const SeqChunk chunk{
+      .kv = &table, .start_pos = 0, .tokens = tokens, .want_logits = true};
+  absl::Status failed;
+  double best[2] = {1e30, 1e30};
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 2; ++i) {
+      const bench::Timing t = bench::TimeCalls(
+          [&](int64_t) {
+            absl::StatusOr<absl::Span<const float>> logits =
+                models[i]->Forward(absl::MakeConstSpan(&chunk, 1));
+            if (!logits.ok()) failed = logits.status();
+          },
+          2, 0.1, 1);
+      KVSERVE_RETURN_IF_ERROR(failed);
+      best[i] = std::min(best[i], t.median_s * 1e3);
+    }
+  }
+  std::printf(
+      "%-11s %-7s rows %4lld: panels+sgemm %8.2f ms, int8 kernels %8.2f ms "
+      "(int8 %.2fx the speed)\n",
+      std::string(IsaLevelName(EffectiveIsa())).c_str(), type.c_str(),
+      static_cast<long long>(rows), best[0], best[1], best[0] / best[1]);
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "decode_bench: %s\n", s.ToString().c_str());
   return 1;
@@ -267,6 +319,7 @@ int Main(int argc, char** argv) {
   env.threads = omp_get_max_threads();
   env.gemv_max_rows = bench::IntFlag(argc, argv, "--gemv_max_rows", -1);
   const bool quick = bench::HasFlag(argc, argv, "--quick");
+  const bool prefill_paths = bench::HasFlag(argc, argv, "--prefill_paths");
   env.team = !bench::HasFlag(argc, argv, "--no_team");
   const bool child = bench::HasFlag(argc, argv, "--child");
   std::string types = "f16,bf16,q8_0,q6_k,q4_k_m,q4_0";
@@ -311,6 +364,16 @@ int Main(int argc, char** argv) {
     }
     absl::StatusOr<LoadedModel> loaded = LoadModel(ModelAt(path));
     if (!loaded.ok()) return Fail(loaded.status());
+    if (prefill_paths) {
+      for (int64_t rows : {16, 64, 512}) {
+        if (absl::Status s =
+                ComparePrefillPaths(env, *loaded->weights, type, rows);
+            !s.ok()) {
+          return Fail(s);
+        }
+      }
+      continue;
+    }
     for (int batch : {1, 8}) {
       for (int64_t T : {int64_t{128}, int64_t{4000}}) {
         if (quick && batch == 8 && T == 4000) continue;

@@ -1,11 +1,13 @@
 // The block-format implementation of Linear: weights stay in their GGUF
 // bytes (F16, BF16, Q8_0, Q4_K, ... and mixes of them).
 //
-// Few rows (decode): the activations are quantized once per call into each
+// Few rows (decode, and for most quantized types every row count:
+// DefaultGemvMaxRows): the activations are quantized once per call into each
 // weight type's activation format (for F16 and BF16 weights: f32 rounded
 // through that type, as ggml computes them), and one OpenMP region runs the
 // matrix-vector kernels of core/quant over the rows of all the stacked
-// matrices, split evenly across threads. Many rows (prefill): panels of
+// matrices, split evenly across threads. Many rows (prefill, for the types
+// whose kernels lose to an sgemm there): panels of
 // weight rows are dequantized into an f32 buffer and multiplied by a oneDNN
 // sgemm (x rounded the same way for F16 and BF16 weights) whose output is
 // written in place into y's columns (or into a padded copy of y:
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,8 +37,45 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
-// Measured by bench/decode_bench (gemv vs dequantized panels + sgemm).
-constexpr int64_t kDefaultGemvMaxRows = 8;
+// Up to how many rows a weight type's int8 (or float) kernels beat
+// dequantized panels + oneDNN sgemm: `decode_bench --prefill_paths`, 91 M
+// model, 2 threads, Zen 5 (native / AVX2 cap), speed of the kernels over
+// the panels at 16, 64 and 512 rows:
+//   q8_0 6.9 2.6 1.05 / 2.2 2.1 1.14    q4_0 7.7 3.3 1.19 / 3.5 1.9 1.38
+//   q5_0 7.9 3.2 1.23 / 3.3 2.1 1.28    iq4_nl 7.2 3.0 1.32 / 3.1 1.8 1.26
+//   q4_K 6.3 2.9 1.19 / 2.5 1.7 1.23    q5_K 6.2 2.4 1.11 / 2.9 1.6 1.15
+//   q6_K 6.4 2.4 1.02 / 2.6 1.5 0.99    (the activation-lane kernels)
+//   q4_1 5.4 1.8 0.65 / 2.3 1.4 0.81    q5_1 5.6 2.1 0.77 / 2.6 1.0 0.76
+//   q2_K 8.9 2.7 0.93 / 3.5 1.7 1.08    q3_K 7.0 2.5 0.87 / 3.3 1.3 0.83
+//   f16  3.8 1.2 0.32 / 2.5 1.1 0.46    bf16 (AVX2) - / 1.2 0.88 0.41
+// (the panels dequantize every weight per call: ~90 ms for this model at
+// any row count, so they only pay off where the sgemm's speed does).
+int64_t DefaultGemvMaxRows(quant::Type t) {
+  switch (t) {
+    case quant::Type::kQ8_0:
+    case quant::Type::kQ4_0:
+    case quant::Type::kQ5_0:
+    case quant::Type::kIQ4_NL:
+    case quant::Type::kQ4_K:
+    case quant::Type::kQ5_K:
+    case quant::Type::kQ6_K:
+      return std::numeric_limits<int64_t>::max();
+    case quant::Type::kQ4_1:
+    case quant::Type::kQ5_1:
+    case quant::Type::kQ2_K:
+    case quant::Type::kQ3_K:
+      return 64;
+    case quant::Type::kF16:
+    case quant::Type::kBF16:
+      return 32;
+    default:
+      return 8;  // f32 beside block types (oneDNN's own path otherwise)
+  }
+}
+// Activation rows per kernel call: bounds the lane kernels' packed copy of
+// the activations (4 bytes per int8) whatever the batch; the weights are
+// read once per chunk.
+constexpr int kGemvChunkRows = 64;
 // Dequantized panels hold at most this many bytes of f32 weights.
 constexpr int64_t kPanelBytes = int64_t{8} << 20;
 
@@ -153,27 +193,31 @@ class BlockLinear final : public Linear {
   }
 
   // This member's rows of every stacked matrix: an even split of all n
-  // rows, in multiples of 4.
+  // rows, in multiples of 4; the activations in chunks of kGemvChunkRows.
   void Products(int64_t m, float* y, const void* const* acts,
                 const Team& team) const {
     int64_t lo = 0, hi = 0;
     team.Share(n_, 4, &lo, &hi);
-    for (const Part& p : parts_) {
-      const int64_t b = std::max(lo, p.row0) - p.row0;
-      const int64_t e = std::min(hi, p.row0 + p.w.rows) - p.row0;
-      if (b >= e) continue;
-      quant::GemvArgs args;
-      args.k = k_;
-      args.w = p.w.data;
-      args.w_row_bytes = p.w.row_bytes();
-      args.row_begin = b;
-      args.row_end = e;
-      args.x = acts[p.act];
-      args.x_row_bytes = acts_[p.act].row_bytes;
-      args.m = static_cast<int>(m);
-      args.y = y + p.row0;
-      args.ldy = n_;
-      p.gemv(args);
+    for (int64_t r0 = 0; r0 < m; r0 += kGemvChunkRows) {
+      const int64_t rows = std::min<int64_t>(kGemvChunkRows, m - r0);
+      for (const Part& p : parts_) {
+        const int64_t b = std::max(lo, p.row0) - p.row0;
+        const int64_t e = std::min(hi, p.row0 + p.w.rows) - p.row0;
+        if (b >= e) continue;
+        quant::GemvArgs args;
+        args.k = k_;
+        args.w = p.w.data;
+        args.w_row_bytes = p.w.row_bytes();
+        args.row_begin = b;
+        args.row_end = e;
+        args.x_row_bytes = acts_[p.act].row_bytes;
+        args.x =
+            static_cast<const uint8_t*>(acts[p.act]) + r0 * args.x_row_bytes;
+        args.m = static_cast<int>(rows);
+        args.y = y + r0 * n_ + p.row0;
+        args.ldy = n_;
+        p.gemv(args);
+      }
     }
   }
 
@@ -305,8 +349,13 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
     parts.push_back(p);
     n += w.rows;
   }
-  const int64_t gemv_max_rows =
-      options.gemv_max_rows >= 0 ? options.gemv_max_rows : kDefaultGemvMaxRows;
+  int64_t gemv_max_rows = options.gemv_max_rows;
+  if (gemv_max_rows < 0) {
+    gemv_max_rows = std::numeric_limits<int64_t>::max();
+    for (const WeightTensor& w : weights) {
+      gemv_max_rows = std::min(gemv_max_rows, DefaultGemvMaxRows(w.type));
+    }
+  }
   auto linear = std::make_unique<BlockLinear>(n, k, std::move(parts),
                                               std::move(acts), gemv_max_rows);
   // Probe the sgemm shapes the largest call will use.

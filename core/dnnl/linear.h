@@ -12,8 +12,10 @@
 //    reordered once into the blocked layout oneDNN's matmul prefers.
 //  - block formats (block_linear.cc) for everything else (F16, BF16 below
 //    AVX-512, Q8_0, Q4_K, ..., and mixes): the weights stay in their GGUF
-//    bytes. Up to gemv_max_rows rows, our matrix-vector kernels read the
-//    blocks directly against the activations quantized once per call
+//    bytes. Up to gemv_max_rows rows (per weight type: every row count for
+//    Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K, Q6_K; 64 for Q4_1, Q5_1, Q2_K,
+//    Q3_K; 32 for F16, BF16), our matrix-vector kernels read the blocks
+//    directly against the activations quantized once per call
 //    (core/quant); above, panels of rows are dequantized into a per-call
 //    f32 buffer and multiplied by a oneDNN sgemm.
 //
@@ -42,8 +44,9 @@ struct LinearOptions {
   // The most rows one Forward call gets (the engine's max_batch_tokens).
   int64_t max_rows = 512;
   // Block formats: up to this many rows the matrix-vector kernels run;
-  // above, dequantized panels and a oneDNN sgemm (bench/decode_bench
-  // measures the crossover). < 0: the default.
+  // above, dequantized panels and a oneDNN sgemm (`bench/decode_bench
+  // --prefill_paths` measures the crossover). < 0: the default, the least
+  // of the stacked matrices' types' (block_linear.cc).
   int64_t gemv_max_rows = -1;
 };
 

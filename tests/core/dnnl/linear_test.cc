@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/dnnl/context.h"
+#include "core/quant/activation.h"
+#include "core/quant/quant.h"
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
 #include "core/util/dtype.h"
@@ -189,6 +191,72 @@ TEST(LinearMixedTest, MixedTypesRunInTheirOwnFormats) {
     x[3] = 7.0f;
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
     ExpectMatches({&a, &b, &c}, x, m, 65, y);
+  }
+}
+
+// A quantized matrix stored as `type`: random rows quantized with the
+// type's reference quantizer; `values` its dequantized weights.
+struct QuantMatrix {
+  QuantMatrix(quant::Type type, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    std::vector<float> f(rows * cols);
+    for (float& v : f) v = g(rng) / std::sqrt(static_cast<float>(cols));
+    const quant::TypeInfo& info = *quant::Info(type);
+    const int64_t row_bytes = quant::RowBytes(type, cols);
+    bytes.resize(rows * row_bytes);
+    values.resize(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      info.quantize(&f[r * cols], &bytes[r * row_bytes], cols);
+      info.dequantize(&bytes[r * row_bytes], &values[r * cols], cols);
+    }
+    tensor = {.type = type, .rows = rows, .cols = cols, .data = bytes.data()};
+  }
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+  WeightTensor tensor;
+};
+
+// The int8 kernels take every row count for most quantized types (Q8_0,
+// Q4_K here: DefaultGemvMaxRows), in activation tiles of 8 and calls of
+// 64 rows: each output is the double-precision product of the weights as
+// stored and its activation row as the kernels read it (quantized to the
+// type's activation format), across tile and chunk boundaries.
+TEST(LinearQuantizedTest, Int8KernelsTakeEveryRowCount) {
+  constexpr int64_t k = 512;
+  QuantMatrix a(quant::Type::kQ4_K, 40, k, 11),
+      b(quant::Type::kQ8_0, 24, k, 12);
+  const std::vector<WeightTensor> parts = {a.tensor, b.tensor};
+  MAKE_LINEAR_OR_SKIP(linear, parts);
+  for (int64_t m : {1, 5, 9, 64, 65, 130}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m);
+    const std::vector<float> x = RandomInput(m, k, 500 + m);
+    std::vector<float> y(m * 64, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
+    int bad = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t col = 0;
+      for (const QuantMatrix* w : {&a, &b}) {
+        const quant::Type act = quant::Info(w->tensor.type)->act_type;
+        std::vector<uint8_t> xq(quant::RowBytes(act, k));
+        std::vector<float> xd(k);
+        quant::QuantizeActivation(act, &x[r * k], k, xq.data());
+        quant::Info(act)->dequantize(xq.data(), xd.data(), k);
+        for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            ref += static_cast<double>(w->values[j * k + i]) * xd[i];
+            mag += std::abs(static_cast<double>(w->values[j * k + i]) * xd[i]);
+          }
+          const double got = y[r * 64 + col];
+          if (!(std::abs(got - ref) <= 1e-6 + 1e-5 * mag) && ++bad <= 5) {
+            ADD_FAILURE() << "y[" << r << "][" << col << "] = " << got
+                          << ", reference " << ref;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
   }
 }
 

@@ -507,7 +507,7 @@ TEST_P(KQuantGemvTest, MatchesDoubleReference) {
   std::mt19937 rng(
       static_cast<uint32_t>(kt.block_bytes * 31 + std::get<1>(GetParam())));
   for (int64_t k : {int64_t{256}, int64_t{4096}}) {
-    for (int m : {1, 3, 5, 8}) {
+    for (int m : {1, 3, 5, 8, 20}) {  // 20: three activation tiles
       SCOPED_TRACE("k " + std::to_string(k) + " m " + std::to_string(m));
       const int rows = 13, row_begin = 3, row_end = 12;
       const int64_t nb = k / kQK;

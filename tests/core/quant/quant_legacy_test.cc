@@ -674,7 +674,7 @@ TEST_P(QuantLegacyGemvTest, MatchesDoubleReference) {
   constexpr int64_t kRows = 13;
   for (const int64_t k : ks) {
     const std::vector<uint8_t> w = RandomWeights(t, kRows, k, rng);
-    for (const int m : {1, 3, 8, 13}) {
+    for (const int m : {1, 3, 8, 13, 20}) {
       // Activation rows with blocks of varied magnitude, quantized as the
       // engine does.
       std::vector<float> xf(m * k);
