@@ -83,6 +83,12 @@ CpuFeatures CappedAt(CpuFeatures f, IsaLevel cap) {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = false;
     f.avx512_vnni = false;
   }
+  // An explicit AVX2 cap means the features every AVX2 CPU has (as
+  // oneDNN's avx2 does): AVX-VNNI (Alder Lake, Zen 5) goes too, so that
+  // capped replicas compute what an AVX2-only CPU (a Zen 3) computes, and
+  // the /avx2 test copies prove its kernels. Uncapped, an AVX2 CPU with
+  // AVX-VNNI keeps it.
+  if (cap == IsaLevel::kAvx2) f.avx_vnni = false;
   if (cap < IsaLevel::kAvx2) f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   return f;
 }
