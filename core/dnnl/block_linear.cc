@@ -173,7 +173,7 @@ class BlockLinear final : public Linear {
     return b;
   }
 
-  // x's m rows in `a`'s format (x itself for f32).
+  // x's m rows in `a`'s format (x itself for plain f32).
   const void* Quantize(const Act& a, const float* x, int64_t m,
                        std::vector<uint8_t>& buf) const {
     if (a.type == quant::Type::kF32 && a.round == quant::Type::kF32) return x;
@@ -244,20 +244,8 @@ class BlockLinear final : public Linear {
     // The sgemms run on a bounded set of row counts (PrimitiveRows): x's
     // rows, then zeros, in; y's rows out.
     const int64_t rows = linear_internal::PrimitiveRows(m);
-    const float* in = x;
-    float* out = y;
-    if (rows > m) {
-      if (static_cast<int64_t>(padded_x.size()) < rows * k_) {
-        padded_x.resize(rows * k_);
-      }
-      if (static_cast<int64_t>(padded_y.size()) < rows * n_) {
-        padded_y.resize(rows * n_);
-      }
-      std::copy(x, x + m * k_, padded_x.begin());
-      std::fill(padded_x.begin() + m * k_, padded_x.begin() + rows * k_, 0.0f);
-      in = padded_x.data();
-      out = padded_y.data();
-    }
+    const float* in = linear_internal::PaddedInput(x, m, rows, k_, &padded_x);
+    float* out = linear_internal::PaddedOutput(y, m, rows, n_, &padded_y);
     // Each part's input: `in`, or `in` rounded through its weights' type.
     thread_local std::vector<float> rounded[kMaxActs];
     const float* inputs[kMaxActs];

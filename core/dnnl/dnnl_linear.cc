@@ -186,7 +186,7 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) try {
   // for every DnnlLinear of the thread: the model's run one at a time).
   thread_local std::vector<float> padded_x, padded_y;
   const void* src = x;
-  float* dst = y;
+  float* const dst = linear_internal::PaddedOutput(y, m, rows, n_, &padded_y);
   if (dtype_ == DType::kBF16) {
     if (static_cast<int64_t>(x_bf16_.size()) < rows * k_) {
       x_bf16_.resize(rows * k_);
@@ -194,19 +194,8 @@ absl::Status DnnlLinear::Forward(const float* x, int64_t m, float* y) try {
     ConvertFloatToBf16(x, m * k_, x_bf16_.data());
     std::fill(x_bf16_.begin() + m * k_, x_bf16_.begin() + rows * k_, 0);
     src = x_bf16_.data();
-  } else if (rows > m) {
-    if (static_cast<int64_t>(padded_x.size()) < rows * k_) {
-      padded_x.resize(rows * k_);
-    }
-    std::copy(x, x + m * k_, padded_x.begin());
-    std::fill(padded_x.begin() + m * k_, padded_x.begin() + rows * k_, 0.0f);
-    src = padded_x.data();
-  }
-  if (rows > m) {
-    if (static_cast<int64_t>(padded_y.size()) < rows * n_) {
-      padded_y.resize(rows * n_);
-    }
-    dst = padded_y.data();
+  } else {
+    src = linear_internal::PaddedInput(x, m, rows, k_, &padded_x);
   }
   dnnl::memory src_mem(c.src_md, DnnlEngine(), const_cast<void*>(src));
   dnnl::memory dst_mem(c.dst_md, DnnlEngine(), dst);

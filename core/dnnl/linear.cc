@@ -39,6 +39,22 @@ int64_t PrimitiveRows(int64_t m) {
   return (m + step - 1) / step * step;
 }
 
+const float* PaddedInput(const float* x, int64_t m, int64_t rows, int64_t k,
+                         std::vector<float>* buf) {
+  if (rows == m) return x;
+  if (static_cast<int64_t>(buf->size()) < rows * k) buf->resize(rows * k);
+  std::copy(x, x + m * k, buf->begin());
+  std::fill(buf->begin() + m * k, buf->begin() + rows * k, 0.0f);
+  return buf->data();
+}
+
+float* PaddedOutput(float* y, int64_t m, int64_t rows, int64_t n,
+                    std::vector<float>* buf) {
+  if (rows == m) return y;
+  if (static_cast<int64_t>(buf->size()) < rows * n) buf->resize(rows * n);
+  return buf->data();
+}
+
 }  // namespace linear_internal
 
 }  // namespace kvserve

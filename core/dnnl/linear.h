@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -98,6 +99,16 @@ namespace linear_internal {
 // at most 39 primitives up to 512 rows. The rows past m are computed on
 // zeros in thread-local buffers and dropped.
 int64_t PrimitiveRows(int64_t m);
+
+// The input of a `rows`-row primitive for m rows of k floats: x itself
+// when rows == m, else x's rows and then zeros, copied into *buf (which
+// grows as needed).
+const float* PaddedInput(const float* x, int64_t m, int64_t rows, int64_t k,
+                         std::vector<float>* buf);
+// Where a `rows`-row primitive writes n outputs per row: y itself when
+// rows == m, else *buf (grown), of which the caller copies m rows to y.
+float* PaddedOutput(float* y, int64_t m, int64_t rows, int64_t n,
+                    std::vector<float>* buf);
 
 // The two implementations (dnnl_linear.cc, block_linear.cc). Both may
 // return UNIMPLEMENTED; neither throws.
