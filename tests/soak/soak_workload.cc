@@ -547,6 +547,9 @@ void Load::SessionClient(int index) {
       t.set_session_id(cv.id);
       t.set_tokens(static_cast<int64_t>(before.size()));
       absl::StatusOr<v1::Session> cut = client.TruncateSession(t);
+      // The server went away again (a restart under load began): as for
+      // GetSession above, the session stays in doubt until the next sync.
+      if (absl::IsUnavailable(cut.status())) return Synced::kLater;
       if (!cut.ok()) {
         tally_->Fail("truncate",
                      absl::StrCat(cv.id, ": ", cut.status().ToString()));
