@@ -181,6 +181,7 @@ int Main(int argc, char** argv) {
           a.m = m;
           a.y = y.data();
           a.ldy = rows;
+          a.w_rows = rows;  // as BlockLinear passes it (q4_0's order)
           if (a.row_end > a.row_begin) gemv(a);
         }
       };

@@ -198,8 +198,11 @@ class BlockLinear final : public Linear {
                 const Team& team) const {
     int64_t lo = 0, hi = 0;
     team.Share(n_, 4, &lo, &hi);
-    for (int64_t r0 = 0; r0 < m; r0 += kGemvChunkRows) {
-      const int64_t rows = std::min<int64_t>(kGemvChunkRows, m - r0);
+    for (int64_t r0 = 0; r0 < m;) {
+      // No 1-row chunk of a longer call: ggml sums iq4_nl's one-row
+      // products in another order (quant_legacy_simd.h).
+      int64_t rows = std::min<int64_t>(kGemvChunkRows, m - r0);
+      if (m - r0 - rows == 1) --rows;
       for (const Part& p : parts_) {
         const int64_t b = std::max(lo, p.row0) - p.row0;
         const int64_t e = std::min(hi, p.row0 + p.w.rows) - p.row0;
@@ -216,8 +219,10 @@ class BlockLinear final : public Linear {
         args.m = static_cast<int>(rows);
         args.y = y + r0 * n_ + p.row0;
         args.ldy = n_;
+        args.w_rows = p.w.rows;
         p.gemv(args);
       }
+      r0 += rows;
     }
   }
 

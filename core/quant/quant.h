@@ -57,6 +57,10 @@ struct GemvArgs {
   int m = 1;  // >= 1, any count (kernels walk it in tiles)
   float* y = nullptr;
   int64_t ldy = 0;
+  // W's rows in all (not just this call's range), or 0 if unknown: ggml
+  // repacks q4_0 matrices of a multiple of 8 rows, which changes the order
+  // of its float sums, and the q4_0 kernels follow it (quant_legacy_simd.h).
+  int64_t w_rows = 0;
 };
 using GemvFn = void (*)(const GemvArgs& args);
 

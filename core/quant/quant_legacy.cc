@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "core/quant/quant_internal.h"
 #include "core/util/bf16.h"
@@ -344,56 +345,85 @@ void QuantizeIq4Nl(const float* src, void* dst, int64_t n) {
 // ---------------------------------------------------------------------------
 // Scalar Gemv kernels.
 
-// The integer dot of one weight block with one Q8 activation block, and
-// the block's contribution d_w·d_x·Σqx (+ m_w·s_x for the types with a min).
-float DotBlock(const BlockQ4_0& w, const BlockQ8_0& x) {
-  int sum = 0;
+// The signed values ggml's dots multiply with the activation quants, per
+// element of one weight block, and the block's min (0 without one).
+void Values(const BlockQ4_0& w, int v[kBlockElems]) {
   for (int j = 0; j < kHalf; ++j) {
-    sum += ((w.qs[j] & 0xf) - 8) * x.qs[j] +
-           ((w.qs[j] >> 4) - 8) * x.qs[j + kHalf];
+    v[j] = (w.qs[j] & 0xf) - 8;
+    v[j + kHalf] = (w.qs[j] >> 4) - 8;
   }
-  return static_cast<float>(sum) * Fp16ToFloat(w.d) * Fp16ToFloat(x.d);
 }
-
-float DotBlock(const BlockQ4_1& w, const BlockQ8_1& x) {
-  int sum = 0;
+void Values(const BlockQ4_1& w, int v[kBlockElems]) {
   for (int j = 0; j < kHalf; ++j) {
-    sum += (w.qs[j] & 0xf) * x.qs[j] + (w.qs[j] >> 4) * x.qs[j + kHalf];
+    v[j] = w.qs[j] & 0xf;
+    v[j + kHalf] = w.qs[j] >> 4;
   }
-  return static_cast<float>(sum) * Fp16ToFloat(w.d) * Fp16ToFloat(x.d) +
-         Fp16ToFloat(w.m) * Fp16ToFloat(x.s);
 }
-
-float DotBlock(const BlockQ5_0& w, const BlockQ8_0& x) {
-  int q[kBlockElems];
-  Q5Quants(w.qs, w.qh, q);
-  int sum = 0;
-  for (int j = 0; j < kBlockElems; ++j) sum += (q[j] - 16) * x.qs[j];
-  return static_cast<float>(sum) * Fp16ToFloat(w.d) * Fp16ToFloat(x.d);
+void Values(const BlockQ5_0& w, int v[kBlockElems]) {
+  Q5Quants(w.qs, w.qh, v);
+  for (int j = 0; j < kBlockElems; ++j) v[j] -= 16;
 }
-
-float DotBlock(const BlockQ5_1& w, const BlockQ8_1& x) {
-  int q[kBlockElems];
-  Q5Quants(w.qs, w.qh, q);
-  int sum = 0;
-  for (int j = 0; j < kBlockElems; ++j) sum += q[j] * x.qs[j];
-  return static_cast<float>(sum) * Fp16ToFloat(w.d) * Fp16ToFloat(x.d) +
-         Fp16ToFloat(w.m) * Fp16ToFloat(x.s);
+void Values(const BlockQ5_1& w, int v[kBlockElems]) { Q5Quants(w.qs, w.qh, v); }
+void Values(const BlockQ8_0& w, int v[kBlockElems]) {
+  for (int j = 0; j < kBlockElems; ++j) v[j] = w.qs[j];
 }
-
-float DotBlock(const BlockQ8_0& w, const BlockQ8_0& x) {
-  int sum = 0;
-  for (int j = 0; j < kBlockElems; ++j) sum += w.qs[j] * x.qs[j];
-  return static_cast<float>(sum) * Fp16ToFloat(w.d) * Fp16ToFloat(x.d);
-}
-
-float DotBlock(const BlockIq4Nl& w, const BlockQ8_0& x) {
-  int sum = 0;
+void Values(const BlockIq4Nl& w, int v[kBlockElems]) {
   for (int j = 0; j < kHalf; ++j) {
-    sum += kIq4NlValues[w.qs[j] & 0xf] * x.qs[j] +
-           kIq4NlValues[w.qs[j] >> 4] * x.qs[j + kHalf];
+    v[j] = kIq4NlValues[w.qs[j] & 0xf];
+    v[j + kHalf] = kIq4NlValues[w.qs[j] >> 4];
   }
-  return static_cast<float>(sum) * Fp16ToFloat(w.d) * Fp16ToFloat(x.d);
+}
+template <typename WBlock>
+constexpr bool kHasMin =
+    std::is_same_v<WBlock, BlockQ4_1> || std::is_same_v<WBlock, BlockQ5_1>;
+
+// hsum_float_8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+float Hsum8(const float a[8]) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// One weight row against one activation row in ggml's order, as the SIMD
+// kernels compute it (quant_legacy_simd.h): `sequential` (q4_0 in
+// matrices of a multiple of 8 rows) or lanes, `pairs` the two-accumulator
+// lanes form (iq4_nl, one activation row).
+template <typename WBlock, typename XBlock>
+float DotRow(const WBlock* w, const XBlock* x, int64_t nb, bool sequential,
+             bool pairs) {
+  float y = 0.0f, mins = 0.0f;
+  float acc[2][8] = {};
+  const int64_t paired = pairs ? nb - nb % 2 : 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    int v[kBlockElems];
+    Values(w[b], v);
+    int lanes[8] = {};
+    for (int j = 0; j < kBlockElems; ++j) lanes[j / 4] += v[j] * x[b].qs[j];
+    const float s = Fp16ToFloat(w[b].d) * Fp16ToFloat(x[b].d);
+    if constexpr (kHasMin<WBlock>) {
+      mins = std::fma(Fp16ToFloat(w[b].m), Fp16ToFloat(x[b].s), mins);
+    }
+    if (sequential || (pairs && b >= paired)) {
+      int sum = 0;
+      for (int j = 0; j < 8; ++j) sum += lanes[j];
+      if (sequential) {
+        y = std::fma(static_cast<float>(sum), s, y);
+      } else {
+        float total[8];
+        for (int j = 0; j < 8; ++j) total[j] = acc[0][j] + acc[1][j];
+        y = std::fma(s, static_cast<float>(sum), Hsum8(total));
+      }
+      continue;
+    }
+    float* a = acc[pairs ? b % 2 : 0];
+    for (int j = 0; j < 8; ++j) {
+      a[j] = std::fma(s, static_cast<float>(lanes[j]), a[j]);
+    }
+  }
+  if (!sequential && !(pairs && paired < nb)) {
+    float total[8];
+    for (int j = 0; j < 8; ++j) total[j] = acc[0][j] + acc[1][j];
+    y = Hsum8(total);
+  }
+  return kHasMin<WBlock> ? y + mins : y;
 }
 
 template <typename WBlock, typename XBlock>
@@ -401,15 +431,16 @@ void GemvBlocksScalar(const GemvArgs& a) {
   const int64_t nb = a.k / kBlockElems;
   const uint8_t* w_base = static_cast<const uint8_t*>(a.w);
   const uint8_t* x_base = static_cast<const uint8_t*>(a.x);
+  const bool sequential =
+      std::is_same_v<WBlock, BlockQ4_0> && a.w_rows > 0 && a.w_rows % 8 == 0;
+  const bool pairs = std::is_same_v<WBlock, BlockIq4Nl> && a.m == 1;
   for (int64_t i = a.row_begin; i < a.row_end; ++i) {
     const WBlock* w =
         reinterpret_cast<const WBlock*>(w_base + i * a.w_row_bytes);
     for (int r = 0; r < a.m; ++r) {
       const XBlock* x =
           reinterpret_cast<const XBlock*>(x_base + r * a.x_row_bytes);
-      float sum = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) sum += DotBlock(w[b], x[b]);
-      a.y[r * a.ldy + i] = sum;
+      a.y[r * a.ldy + i] = DotRow(w, x, nb, sequential, pairs);
     }
   }
 }

@@ -3,7 +3,7 @@
 // including this file (no include guard: it is included once per ISA, each
 // time inside its own namespace and #pragma GCC target region):
 //
-//   kB          weight blocks per step (1 for 256-bit, 2 for 512-bit)
+//   kB          weight blocks per integer dot (1 for 256-bit, 2 for 512-bit)
 //   kW          f32 lanes of VF
 //   kMaxTile    activation rows a weight block is reused for (4 or 8)
 //   VI, VF      integer and f32 vectors
@@ -11,19 +11,19 @@
 //   Abs8(w), SignOf(x, w)   |w| and x·sign(w), per int8 lane
 //   kVnni       whether DotU8S8 is VNNI's (non-saturating) dpbusd
 //   DotU8S8(init, u, s)   per int32 lane: init + Σ of 4 adjacent u8 × s8
-//   ZeroI(), BlockInts(p, n)   p[j] in lane 0 of block j's lanes, j < n
-//   ExpandScales(s)  a VF with s[j] on block j's lanes
+//   ZeroI(), LoadCorrections(p)   kB blocks' per-lane offset corrections
+//   LowHalf(f), HighHalf(f)   a VF's block 0 and block 1 lanes
 //   ToF, ZeroF, Add, Fma, ReduceAdd, LoadF32, LoadF16, LoadBf16
 //
 //   LaneDot8(acc, u, s)   256-bit: acc + Σ of 4 adjacent u8 × s8 per int32
 //   kLaneWeightRows   weight rows per pass of the lane kernels (2 or 4)
 //
-// For m >= kLaneMinRows q4_0, q5_0, q8_0 and iq4_nl use the lane kernels
-// instead (q8_0 and iq4_nl with the sign trick without VNNI) (see LaneGemv):
-// activation rows in the lanes of 256-bit dots, weight quants broadcast. m = 8,
-// 4096 × 4096, 2 threads on the Zen 5 VM: q4_0 avx512_vnni ~780 -> ~600 us,
-// avx2 ~1230
-// -> ~820 us; q8_0 avx512_vnni ~1040 -> ~730 us (m = 1: ~230, ~340 us).
+// The block types compute ggml's float order, the same bits at every level
+// (see "ggml's float order" below). For m >= kLaneMinRows, q4_0 in its
+// sequential order uses the lane kernels (LaneGemv: activation rows in the
+// lanes of 256-bit dots, weight quants broadcast); the other types' order
+// (8 f32 lanes per output) does not fit them, so they run DotRows at every
+// m (m = 8 about 2x the lane kernels' time: prompts and batches pay it).
 //
 // Each weight row is read once per call: the kernels walk weight rows
 // outermost and reuse each decoded block for up to kMaxTile activation rows
@@ -140,55 +140,69 @@ struct Iq4NlW {
   }
 };
 
-// n (1..kB) weight blocks from w; lanes past them are zero.
-template <typename T>
-inline VI LoadW(const typename T::WB* w, int n) {
-  if constexpr (kB == 1) {
-    return T::Decode(w[0]);
-  } else {
-    return JoinW(T::Decode(w[0]),
-                 n > 1 ? T::Decode(w[1]) : _mm256_setzero_si256());
-  }
-}
-
 template <typename XB>
 inline __m256i LoadQs(const XB& b) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
 }
 
-template <typename XB>
-inline VI LoadX(const XB* x, int n) {
-  if constexpr (kB == 1) {
-    return LoadQs(x[0]);
-  } else {
-    return JoinW(LoadQs(x[0]), n > 1 ? LoadQs(x[1]) : _mm256_setzero_si256());
-  }
+// --- ggml's float order (every level computes the same bits). ---
+//
+// A block's int8 dot is formed in 8 int32 lanes, lane j holding the
+// products of elements 4j..4j+3 (the offset types' −kOffset·Σx is split
+// the same way, per lane). ggml's x86 kernels (the same at AVX2 and
+// AVX-512) then sum the blocks in one of two orders, followed here exactly
+// so that a model computes what llama.cpp computes on the same file:
+//   lanes       f32 lanes acc_j = fma(d_w·d_x, lane_j, acc_j), block after
+//               block, then hsum_float_8 (+ the min terms' fma chain of the
+//               q4_1/q5_1 types): ggml_vec_dot_* and llamafile's tinyBLAS
+//               (prompts); iq4_nl with one activation row keeps even and
+//               odd blocks in two accumulators, added before the hsum, and
+//               an odd last block after it;
+//   sequential  one f32 per output, y = fma((float)Σ lanes, d_w·d_x, y):
+//               q4_0 in matrices of a multiple of 8 rows, which ggml
+//               repacks 8 rows interleaved (ggml_gemv/gemm_q4_0_8x8_q8_0).
+
+// hsum_float_8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+inline float Hsum8(__m256 x) {
+  __m128 s = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float FmaF(float a, float b, float c) {
+  return _mm_cvtss_f32(
+      _mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+inline int32_t HsumI8(__m256i v) {
+  __m128i s =
+      _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
 }
 
-// The scales of blocks [b, b + n) in the low lanes of an __m128 (the other
-// lanes zero): fp16 fields of the weight blocks, or f32 values at p.
-template <typename WB>
-inline __m128 WeightScales(const WB* w, int n) {
-  uint32_t bits = w[0].d;
-  if (kB > 1 && n > 1) bits |= uint32_t{w[1].d} << 16;
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+// One weight block's quants in the dot's unsigned operand (|w| with the
+// sign trick), and the activation quants in its signed one.
+template <typename T>
+inline __m256i UnsignedW(__m256i wq) {
+  if constexpr (T::kSigned) return _mm256_sign_epi8(wq, wq);
+  return wq;
 }
-template <typename WB>
-inline __m128 WeightMins(const WB* w, int n) {
-  uint32_t bits = w[0].m;
-  if (kB > 1 && n > 1) bits |= uint32_t{w[1].m} << 16;
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
-}
-inline __m128 LoadScales(const float* p, int n) {
-  if (kB > 1 && n > 1) {
-    return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
-  }
-  return _mm_load_ss(p);
+template <typename T>
+inline __m256i SignedX(__m256i xq, __m256i wq) {
+  if constexpr (T::kSigned) return _mm256_sign_epi8(xq, wq);
+  return xq;
 }
 
-// One weight row against R activation rows. Of activation row r: its blocks
-// at x[r], their f32 scales d at xd[r], their s (kMin) at xs[r], their
-// −kOffset·Σq (kOffset) at xc[r].
+// Per-call f32/int forms of the activations' block fields: d and s
+// [m][nb], the offset types' per-lane −kOffset·Σq [m][nb][8].
+struct ActFields {
+  const float* d;
+  const float* s;
+  const int32_t* c;
+};
+
+// One weight row against R activation rows in the lanes order.
 template <typename T, int R>
 struct RowTile {
   const typename T::WB* w;
@@ -198,69 +212,100 @@ struct RowTile {
   const int32_t* xc[R];
 };
 
-// Blocks [b, b + n) of the tile: acc[r] += (int dot) · d_w·d_x lane-wise,
-// and mins[r] += m_w · s_x (kMin).
 template <typename T, int R>
-inline void Step(const RowTile<T, R>& t, int64_t b, int n, VF* acc,
-                 __m128* mins) {
+inline void LanesStep(const RowTile<T, R>& t, int64_t b, __m256* acc,
+                      float* mins) {
   PrefetchAhead(t.w + b);
-  const VI wq = LoadW<T>(t.w + b, n);
-  VI wu = wq;
-  if constexpr (T::kSigned) wu = Abs8(wq);
-  const __m128 dw = WeightScales(t.w + b, n);
-  __m128 mw = _mm_setzero_ps();
-  if constexpr (T::kMin) mw = WeightMins(t.w + b, n);
+  const __m256i wq = T::Decode(t.w[b]);
+  const __m256i wu = UnsignedW<T>(wq);
+  const float dw = Half(t.w[b].d);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    VI xq = LoadX(t.x[r] + b, n);
-    if constexpr (T::kSigned) xq = SignOf(xq, wq);
-    VI init = ZeroI();
-    if constexpr (T::kOffset != 0) init = BlockInts(t.xc[r] + b, n);
-    const VF scale = ExpandScales(_mm_mul_ps(dw, LoadScales(t.xd[r] + b, n)));
-    acc[r] = Fma(ToF(DotU8S8(init, wu, xq)), scale, acc[r]);
+    __m256i init = _mm256_setzero_si256();
+    if constexpr (T::kOffset != 0) {
+      init =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.xc[r] + 8 * b));
+    }
+    const __m256i dot = LaneDot8(init, wu, SignedX<T>(LoadQs(t.x[r][b]), wq));
+    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * t.xd[r][b]),
+                             _mm256_cvtepi32_ps(dot), acc[r]);
     if constexpr (T::kMin) {
-      mins[r] = _mm_fmadd_ps(mw, LoadScales(t.xs[r] + b, n), mins[r]);
+      mins[r] = FmaF(Half(t.w[b].m), t.xs[r][b], mins[r]);
     }
   }
 }
 
-// out[r] = dot(weight row, activation row r) over nb blocks.
+// Blocks b and b + 1 at the 512-bit levels (kB == 2): one 512-bit integer
+// dot for both, then their lanes added to the 8-lane accumulators one
+// block after the other (block b + 1 to acc1 in the two-accumulator form).
 template <typename T, int R>
-inline void DotRows(const RowTile<T, R>& t, int64_t nb, float* out) {
-  constexpr int kU = R == 1 ? 2 : 1;  // independent FMA chains
-  VF acc[kU][R];
-  __m128 mins[kU][R];
+inline void LanesStep2(const RowTile<T, R>& t, int64_t b, __m256* acc0,
+                       __m256* acc1, float* mins) {
+  PrefetchAhead(t.w + b);
+  const VI wq = JoinW(T::Decode(t.w[b]), T::Decode(t.w[b + 1]));
+  VI wu = wq;
+  if constexpr (T::kSigned) wu = Abs8(wq);
+  const float dw0 = Half(t.w[b].d), dw1 = Half(t.w[b + 1].d);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    for (int u = 0; u < kU; ++u) {
-      acc[u][r] = ZeroF();
-      mins[u][r] = _mm_setzero_ps();
+    VI xq = JoinW(LoadQs(t.x[r][b]), LoadQs(t.x[r][b + 1]));
+    if constexpr (T::kSigned) xq = SignOf(xq, wq);
+    VI init = ZeroI();
+    if constexpr (T::kOffset != 0) init = LoadCorrections(t.xc[r] + 8 * b);
+    const VF f = ToF(DotU8S8(init, wu, xq));
+    acc0[r] =
+        _mm256_fmadd_ps(_mm256_set1_ps(dw0 * t.xd[r][b]), LowHalf(f), acc0[r]);
+    acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * t.xd[r][b + 1]), HighHalf(f),
+                              acc1[r]);
+    if constexpr (T::kMin) {
+      mins[r] = FmaF(Half(t.w[b].m), t.xs[r][b], mins[r]);
+      mins[r] = FmaF(Half(t.w[b + 1].m), t.xs[r][b + 1], mins[r]);
     }
+  }
+}
+
+// out[r] = dot(weight row, activation row r) over nb blocks; kPairs: the
+// two-accumulator form (iq4_nl, one activation row).
+template <typename T, int R, bool kPairs>
+inline void DotRows(const RowTile<T, R>& t, int64_t nb, float* out) {
+  __m256 acc[2][R];
+  float mins[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+    mins[r] = 0.0f;
   }
   int64_t b = 0;
-  for (; b + kU * kB <= nb; b += kU * kB) {
-#pragma GCC unroll 2
-    for (int u = 0; u < kU; ++u) {
-      Step<T, R>(t, b + u * kB, kB, acc[u], mins[u]);
+  if constexpr (kB == 2) {
+    // One accumulator: block b + 1 follows block b in it.
+    for (; b + 2 <= nb; b += 2) {
+      LanesStep2<T, R>(t, b, acc[0], kPairs ? acc[1] : acc[0], mins);
     }
-  }
-  for (; b < nb; b += kB) {
-    Step<T, R>(t, b, static_cast<int>(std::min<int64_t>(kB, nb - b)), acc[0],
-               mins[0]);
+    if (!kPairs && b < nb) LanesStep<T, R>(t, b++, acc[0], mins);
+  } else if constexpr (kPairs) {
+    for (; b + 2 <= nb; b += 2) {
+      LanesStep<T, R>(t, b, acc[0], mins);
+      LanesStep<T, R>(t, b + 1, acc[1], mins);
+    }
+  } else {
+    for (; b < nb; ++b) LanesStep<T, R>(t, b, acc[0], mins);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    VF s = acc[0][r];
-    __m128 ms = mins[0][r];
-    if constexpr (kU > 1) {
-      s = Add(s, acc[1][r]);
-      ms = _mm_add_ps(ms, mins[1][r]);
+    float s = Hsum8(kPairs ? _mm256_add_ps(acc[0][r], acc[1][r]) : acc[0][r]);
+    if (kPairs && b < nb) {
+      const __m256i wq = T::Decode(t.w[b]);
+      const int32_t dot =
+          HsumI8(LaneDot8(_mm256_setzero_si256(), UnsignedW<T>(wq),
+                          SignedX<T>(LoadQs(t.x[r][b]), wq)));
+      const int32_t c =
+          T::kOffset != 0
+              ? HsumI8(_mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(t.xc[r] + 8 * b)))
+              : 0;
+      s = FmaF(Half(t.w[b].d) * t.xd[r][b], static_cast<float>(dot + c), s);
     }
-    float m = 0.0f;
-    if constexpr (T::kMin) {
-      m = _mm_cvtss_f32(_mm_add_ss(ms, _mm_movehdup_ps(ms)));
-    }
-    out[r] = ReduceAdd(s) + m;
+    out[r] = T::kMin ? s + mins[r] : s;
   }
 }
 
@@ -269,15 +314,8 @@ inline int TileRows(int left) {
   return left >= kMaxTile ? kMaxTile : left >= 4 ? 4 : left >= 2 ? 2 : 1;
 }
 
-// Per-call f32/int forms of the activations' block fields, [m][nb] each.
-struct ActFields {
-  const float* d;
-  const float* s;
-  const int32_t* c;
-};
-
 // Weight row i against activation rows [r0, r0 + R).
-template <typename T, int R>
+template <typename T, int R, bool kPairs>
 inline void GemvTile(const GemvArgs& a, int64_t i, int r0, const ActFields& f,
                      int64_t nb) {
   using WB = typename T::WB;
@@ -290,11 +328,209 @@ inline void GemvTile(const GemvArgs& a, int64_t i, int r0, const ActFields& f,
                                          (r0 + r) * a.x_row_bytes);
     t.xd[r] = f.d + (r0 + r) * nb;
     t.xs[r] = f.s + (r0 + r) * nb;
-    t.xc[r] = f.c + (r0 + r) * nb;
+    t.xc[r] = f.c + (r0 + r) * nb * 8;
   }
   float out[R];
-  DotRows<T, R>(t, nb, out);
+  DotRows<T, R, kPairs>(t, nb, out);
   for (int r = 0; r < R; ++r) a.y[(r0 + r) * a.ldy + i] = out[r];
+}
+
+// The sequential order for the rows SeqRows8 leaves (fewer than 8 at the
+// end of a call): per weight row, the integer sums of 4 blocks reduced
+// together (three hadds), then their 4 fmas in block order.
+template <typename T, int kWeightRows, int R>
+void SeqRows(const GemvArgs& a, int64_t i, int r0, const ActFields& f,
+             int64_t nb) {
+  using WB = typename T::WB;
+  using XB = typename T::XB;
+  const WB* w[kWeightRows];
+  for (int j = 0; j < kWeightRows; ++j) {
+    w[j] = reinterpret_cast<const WB*>(static_cast<const uint8_t*>(a.w) +
+                                       (i + j) * a.w_row_bytes);
+  }
+  const XB* x[R];
+  const float* xd[R];
+  const int32_t* xc[R];
+  __m128 y[kWeightRows][R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = reinterpret_cast<const XB*>(static_cast<const uint8_t*>(a.x) +
+                                       (r0 + r) * a.x_row_bytes);
+    xd[r] = f.d + (r0 + r) * nb;
+    xc[r] = f.c + (r0 + r) * nb * 8;
+    for (int j = 0; j < kWeightRows; ++j) y[j][r] = _mm_setzero_ps();
+  }
+  auto init = [&](int r, int64_t b) {
+    if constexpr (T::kOffset != 0) {
+      return _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(xc[r] + 8 * b));
+    }
+    return _mm256_setzero_si256();
+  };
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+#pragma GCC unroll 2
+    for (int j = 0; j < kWeightRows; ++j) {
+      PrefetchAhead(w[j] + b);
+      __m256i wq[4];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) wq[q] = T::Decode(w[j][b + q]);
+      const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(
+          static_cast<int16_t>(w[j][b].d), static_cast<int16_t>(w[j][b + 1].d),
+          static_cast<int16_t>(w[j][b + 2].d),
+          static_cast<int16_t>(w[j][b + 3].d), 0, 0, 0, 0));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m256i v[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          v[q] = LaneDot8(init(r, b + q), UnsignedW<T>(wq[q]),
+                          SignedX<T>(LoadQs(x[r][b + q]), wq[q]));
+        }
+        // [Σ v0, Σ v1, Σ v2, Σ v3].
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+                                            _mm256_hadd_epi32(v[2], v[3]));
+        const __m128 fs = _mm_cvtepi32_ps(_mm_add_epi32(
+            _mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        const __m128 sc = _mm_mul_ps(dw, _mm_loadu_ps(xd[r] + b));
+        __m128 acc = _mm_fmadd_ss(fs, sc, y[j][r]);
+        acc = _mm_fmadd_ss(_mm_movehdup_ps(fs), _mm_movehdup_ps(sc), acc);
+        acc =
+            _mm_fmadd_ss(_mm_unpackhi_ps(fs, fs), _mm_unpackhi_ps(sc, sc), acc);
+        y[j][r] = _mm_fmadd_ss(_mm_shuffle_ps(fs, fs, 3),
+                               _mm_shuffle_ps(sc, sc, 3), acc);
+      }
+    }
+  }
+  for (; b < nb; ++b) {
+    for (int j = 0; j < kWeightRows; ++j) {
+      const __m256i wq = T::Decode(w[j][b]);
+      const float dw = Half(w[j][b].d);
+      for (int r = 0; r < R; ++r) {
+        const int32_t dot = HsumI8(LaneDot8(init(r, b), UnsignedW<T>(wq),
+                                            SignedX<T>(LoadQs(x[r][b]), wq)));
+        y[j][r] = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(dot)),
+                               _mm_set_ss(dw * xd[r][b]), y[j][r]);
+      }
+    }
+  }
+  for (int j = 0; j < kWeightRows; ++j) {
+    for (int r = 0; r < R; ++r) {
+      a.y[(r0 + r) * a.ldy + i + j] = _mm_cvtss_f32(y[j][r]);
+    }
+  }
+}
+
+// [Σ v0, Σ v1, ..., Σ v7].
+inline __m256i Sum8x8(const __m256i* v) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]),
+                                      _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]),
+                                      _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                          _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// r[i][j] <-> r[j][i].
+inline void Transpose8x8(__m256* r) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// 8 weight rows [i, i + 8) in the sequential order, 8 blocks at a time:
+// each row's 8 block sums and scales are formed from its own contiguous
+// bytes, then transposed so that one 8-lane chain (a lane per row) takes
+// the blocks in order, as ggml's interleaved layout computes them.
+template <typename T, int R>
+void SeqRows8(const GemvArgs& a, int64_t i, int r0, const ActFields& f,
+              int64_t nb) {
+  using WB = typename T::WB;
+  using XB = typename T::XB;
+  const WB* w[8];
+  for (int j = 0; j < 8; ++j) {
+    w[j] = reinterpret_cast<const WB*>(static_cast<const uint8_t*>(a.w) +
+                                       (i + j) * a.w_row_bytes);
+  }
+  for (int r = 0; r < R; ++r) {
+    const XB* x = reinterpret_cast<const XB*>(static_cast<const uint8_t*>(a.x) +
+                                              (r0 + r) * a.x_row_bytes);
+    const float* xd = f.d + (r0 + r) * nb;
+    const int32_t* xc = f.c + (r0 + r) * nb * 8;
+    __m256 acc = _mm256_setzero_ps();
+    // The 8 rows are one contiguous region; the next 8 rows' region is
+    // prefetched a slice per 8 blocks (8 scattered streams defeat the
+    // hardware prefetchers).
+    const char* next = reinterpret_cast<const char*>(w[0]) + 8 * a.w_row_bytes;
+    const int64_t slice =
+        (8 * a.w_row_bytes + nb / 8 - 1) / std::max<int64_t>(1, nb / 8);
+    int64_t b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8) {
+      if (r == 0 && i + 16 <= a.row_end) {
+        const char* p = next + (b0 / 8) * slice;
+        for (int64_t off = 0; off < slice; off += 64) {
+          _mm_prefetch(p + off, _MM_HINT_T0);
+        }
+      }
+      __m256 sums[8], scales[8];
+      const __m256 dx = _mm256_loadu_ps(xd + b0);
+#pragma GCC unroll 1
+      for (int j = 0; j < 8; ++j) {
+        const WB* wb = w[j] + b0;
+        __m256i v[8];
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) {
+          const __m256i wq = T::Decode(wb[q]);
+          __m256i init = _mm256_setzero_si256();
+          if constexpr (T::kOffset != 0) {
+            init = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(xc + 8 * (b0 + q)));
+          }
+          v[q] = LaneDot8(init, UnsignedW<T>(wq),
+                          SignedX<T>(LoadQs(x[b0 + q]), wq));
+        }
+        sums[j] = _mm256_cvtepi32_ps(Sum8x8(v));
+        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+            static_cast<int16_t>(wb[0].d), static_cast<int16_t>(wb[1].d),
+            static_cast<int16_t>(wb[2].d), static_cast<int16_t>(wb[3].d),
+            static_cast<int16_t>(wb[4].d), static_cast<int16_t>(wb[5].d),
+            static_cast<int16_t>(wb[6].d), static_cast<int16_t>(wb[7].d)));
+        scales[j] = _mm256_mul_ps(dw, dx);
+      }
+      Transpose8x8(sums);
+      Transpose8x8(scales);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q)
+        acc = _mm256_fmadd_ps(sums[q], scales[q], acc);
+    }
+    alignas(32) float y[8];
+    _mm256_store_ps(y, acc);
+    for (; b0 < nb; ++b0) {
+      for (int j = 0; j < 8; ++j) {
+        const __m256i wq = T::Decode(w[j][b0]);
+        __m256i init = _mm256_setzero_si256();
+        if constexpr (T::kOffset != 0) {
+          init =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 8 * b0));
+        }
+        const int32_t dot = HsumI8(
+            LaneDot8(init, UnsignedW<T>(wq), SignedX<T>(LoadQs(x[b0]), wq)));
+        y[j] = FmaF(static_cast<float>(dot), Half(w[j][b0].d) * xd[b0], y[j]);
+      }
+    }
+    for (int j = 0; j < 8; ++j) a.y[(r0 + r) * a.ldy + i + j] = y[j];
+  }
 }
 
 // --- Activation-lane kernels (m >= kLaneMinRows; offset types only). ---
@@ -311,8 +547,11 @@ constexpr int kLanes = 8, kLaneMinRows = 4, kChunk = 8;
 // [g][t]), d [kLanes] (f32 x.d), c [kLanes] (int32 −kOffset·Σq).
 constexpr int kLaneQ = 8 * kLanes, kLaneBlockWords = kLaneQ + 2 * kLanes;
 
+// Only q4_0's sequential order is the lanes' (one f32 chain per output);
+// the lane kernels assume an offset type.
 template <typename T>
-constexpr bool kLaneType = !T::kMin && (T::kSigned || T::kOffset != 0);
+constexpr bool kLaneType = std::is_same_v<T, Q4_0W>;
+static_assert(!Q4_0W::kSigned && Q4_0W::kOffset != 0);
 
 inline __m256i LaneBcast32(const uint8_t* p) {
   int32_t v;
@@ -364,8 +603,6 @@ void LaneRows(const typename T::WB* const* w, int64_t nb, const int32_t* tile,
 #pragma GCC unroll 4
   for (int r = 0; r < kWR; ++r) acc[r] = _mm256_setzero_ps();
   alignas(32) uint8_t u[kWR][kChunk * kBlockElems];
-  // kSigned: u holds |w| and sw the signed quants (the sign trick).
-  alignas(32) uint8_t sw[T::kSigned ? kWR : 1][kChunk * kBlockElems];
   alignas(32) float dw[kWR][kChunk];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, nb - c0));
@@ -375,14 +612,8 @@ void LaneRows(const typename T::WB* const* w, int64_t nb, const int32_t* tile,
         PrefetchAhead(reinterpret_cast<const uint8_t*>(w[r] + c0) + off);
       }
       for (int j = 0; j < n; ++j) {
-        const __m256i q = T::Decode(w[r][c0 + j]);
-        if constexpr (T::kSigned) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(sw[r] + 32 * j), q);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(u[r] + 32 * j),
-                             _mm256_sign_epi8(q, q));
-        } else {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(u[r] + 32 * j), q);
-        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(u[r] + 32 * j),
+                           T::Decode(w[r][c0 + j]));
         dw[r][j] = Half(w[r][c0 + j].d);
       }
     }
@@ -401,13 +632,7 @@ void LaneRows(const typename T::WB* const* w, int64_t nb, const int32_t* tile,
         __m256i dot = LaneLoad(q + kLaneQ + kLanes);
 #pragma GCC unroll 8
         for (int e = 0; e < 8; ++e) {
-          if constexpr (T::kSigned) {
-            dot = LaneDot8(
-                dot, LaneBcast32(u[r] + 32 * j + 4 * e),
-                _mm256_sign_epi8(xq[e], LaneBcast32(sw[r] + 32 * j + 4 * e)));
-          } else {
-            dot = LaneDot8(dot, LaneBcast32(u[r] + 32 * j + 4 * e), xq[e]);
-          }
+          dot = LaneDot8(dot, LaneBcast32(u[r] + 32 * j + 4 * e), xq[e]);
         }
         acc[r] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(dot),
@@ -468,8 +693,12 @@ void LaneGemv(const GemvArgs& a) {
 
 template <typename T>
 void GemvBlocks(const GemvArgs& a) {
+  // q4_0 is the only type ggml repacks (interleaved 8 rows; the order of
+  // every other matrix and type is the lanes one).
+  constexpr bool kQ4_0 = std::is_same_v<T, Q4_0W>;
+  const bool sequential = kQ4_0 && a.w_rows > 0 && a.w_rows % 8 == 0;
   if constexpr (kLaneType<T>) {
-    if (a.m >= kLaneMinRows) {
+    if (sequential && a.m >= kLaneMinRows) {
       LaneGemv<T>(a);
       return;
     }
@@ -481,7 +710,7 @@ void GemvBlocks(const GemvArgs& a) {
   thread_local std::vector<float> floats;
   thread_local std::vector<int32_t> ints;
   floats.resize(2 * a.m * nb);
-  ints.resize(a.m * nb);
+  ints.resize(a.m * nb * 8);
   float* xd = floats.data();
   float* xs = xd + a.m * nb;
   int32_t* xc = ints.data();
@@ -492,26 +721,50 @@ void GemvBlocks(const GemvArgs& a) {
       xd[r * nb + b] = Half(x[b].d);
       if constexpr (T::kMin) xs[r * nb + b] = Half(x[b].s);
       if constexpr (T::kOffset != 0) {
-        int32_t sum = 0;
-        for (int j = 0; j < kBlockElems; ++j) sum += x[b].qs[j];
-        xc[r * nb + b] = -T::kOffset * sum;
+        for (int j = 0; j < 8; ++j) {
+          const int8_t* q = x[b].qs + 4 * j;
+          xc[(r * nb + b) * 8 + j] = -T::kOffset * (q[0] + q[1] + q[2] + q[3]);
+        }
       }
     }
   }
   const ActFields f{xd, xs, xc};
+  if (sequential) {
+    int64_t i = a.row_begin;
+    for (; i + 8 <= a.row_end; i += 8) {
+      for (int r0 = 0; r0 < a.m;) {
+        if (a.m - r0 >= 2) {
+          SeqRows8<T, 2>(a, i, r0, f, nb);
+          r0 += 2;
+        } else {
+          SeqRows8<T, 1>(a, i, r0, f, nb);
+          r0 += 1;
+        }
+      }
+    }
+    for (; i < a.row_end; ++i) {
+      for (int r0 = 0; r0 < a.m; ++r0) SeqRows<T, 1, 1>(a, i, r0, f, nb);
+    }
+    return;
+  }
   // Weight rows outermost: each is read from memory once, then from L1 for
   // the other activation tiles.
+  constexpr bool kIq4Nl = std::is_same_v<T, Iq4NlW>;
   for (int64_t i = a.row_begin; i < a.row_end; ++i) {
+    if (kIq4Nl && a.m == 1) {
+      GemvTile<T, 1, true>(a, i, 0, f, nb);
+      continue;
+    }
     for (int r0 = 0; r0 < a.m;) {
       const int rows = TileRows(a.m - r0);
       if (rows == 1) {
-        GemvTile<T, 1>(a, i, r0, f, nb);
+        GemvTile<T, 1, false>(a, i, r0, f, nb);
       } else if (rows == 2) {
-        GemvTile<T, 2>(a, i, r0, f, nb);
+        GemvTile<T, 2, false>(a, i, r0, f, nb);
       } else if (rows == 4) {
-        GemvTile<T, 4>(a, i, r0, f, nb);
+        GemvTile<T, 4, false>(a, i, r0, f, nb);
       } else if constexpr (kMaxTile > 4) {
-        GemvTile<T, kMaxTile>(a, i, r0, f, nb);
+        GemvTile<T, kMaxTile, false>(a, i, r0, f, nb);
       }
       r0 += rows;
     }

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/util/bf16.h"
@@ -48,9 +49,6 @@ inline VI JoinW(__m256i lo, __m256i) { return lo; }
 inline VI Abs8(VI w) { return _mm256_sign_epi8(w, w); }
 inline VI SignOf(VI x, VI w) { return _mm256_sign_epi8(x, w); }
 inline VI ZeroI() { return _mm256_setzero_si256(); }
-inline VI BlockInts(const int32_t* p, int) {
-  return _mm256_zextsi128_si256(_mm_cvtsi32_si128(p[0]));
-}
 inline VI DotU8S8(VI init, VI u, VI s) {
   return _mm256_add_epi32(init, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
                                                   _mm256_set1_epi16(1)));
@@ -59,12 +57,16 @@ inline VF ToF(VI x) { return _mm256_cvtepi32_ps(x); }
 inline VF ZeroF() { return _mm256_setzero_ps(); }
 inline VF Add(VF a, VF b) { return _mm256_add_ps(a, b); }
 inline VF Fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline VF ExpandScales(__m128 s) { return _mm256_broadcastss_ps(s); }
 inline float ReduceAdd(VF x) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+inline __m256 LowHalf(VF x) { return x; }
+inline __m256 HighHalf(VF x) { return x; }
+inline VI LoadCorrections(const int32_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 inline VF LoadF32(const float* p) { return _mm256_loadu_ps(p); }
 inline VF LoadF16(const uint16_t* p) {
@@ -86,12 +88,14 @@ namespace avx_vnni {
 
 using avx2::Abs8;
 using avx2::Add;
-using avx2::ExpandScales;
 using avx2::Fma;
+using avx2::HighHalf;
 using avx2::JoinW;
 using avx2::LoadBf16;
+using avx2::LoadCorrections;
 using avx2::LoadF16;
 using avx2::LoadF32;
+using avx2::LowHalf;
 using avx2::ReduceAdd;
 using avx2::SignOf;
 using avx2::ToF;
@@ -103,7 +107,6 @@ constexpr bool kVnni = true;
 inline __m256i LaneDot8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_dpbusd_avx_epi32(acc, u, s);
 }
-using avx2::BlockInts;
 using avx2::ZeroI;
 inline VI DotU8S8(VI init, VI u, VI s) {
   return _mm256_dpbusd_avx_epi32(init, u, s);
@@ -132,14 +135,6 @@ inline VI SignOf(VI x, VI w) {
                               x);
 }
 inline VI ZeroI() { return _mm512_setzero_si512(); }
-// p[0] to lane 0 and p[1] (n = 2) to lane 8; lane 2 of the load is zero.
-inline VI BlockInts(const int32_t* p, int n) {
-  const __m128i v = n > 1 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))
-                          : _mm_cvtsi32_si128(p[0]);
-  return _mm512_permutexvar_epi32(
-      _mm512_setr_epi32(0, 2, 2, 2, 2, 2, 2, 2, 1, 2, 2, 2, 2, 2, 2, 2),
-      _mm512_castsi128_si512(v));
-}
 inline VI DotU8S8(VI init, VI u, VI s) {
   return _mm512_add_epi32(init, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s),
                                                   _mm512_set1_epi16(1)));
@@ -148,13 +143,11 @@ inline VF ToF(VI x) { return _mm512_cvtepi32_ps(x); }
 inline VF ZeroF() { return _mm512_setzero_ps(); }
 inline VF Add(VF a, VF b) { return _mm512_add_ps(a, b); }
 inline VF Fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-// Lanes 0..7 = s[0] (block 0), 8..15 = s[1] (block 1).
-inline VF ExpandScales(__m128 s) {
-  return _mm512_permutexvar_ps(
-      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-      _mm512_castps128_ps512(s));
-}
 inline float ReduceAdd(VF x) { return _mm512_reduce_add_ps(x); }
+inline __m256 LowHalf(VF x) { return _mm512_castps512_ps256(x); }
+inline __m256 HighHalf(VF x) { return _mm512_extractf32x8_ps(x, 1); }
+// Two blocks' per-lane corrections, [b][8] then [b + 1][8].
+inline VI LoadCorrections(const int32_t* p) { return _mm512_loadu_si512(p); }
 inline VF LoadF32(const float* p) { return _mm512_loadu_ps(p); }
 inline VF LoadF16(const uint16_t* p) {
   return _mm512_cvtph_ps(
@@ -177,12 +170,14 @@ namespace avx512_vnni {
 
 using avx512::Abs8;
 using avx512::Add;
-using avx512::ExpandScales;
 using avx512::Fma;
+using avx512::HighHalf;
 using avx512::JoinW;
 using avx512::LoadBf16;
+using avx512::LoadCorrections;
 using avx512::LoadF16;
 using avx512::LoadF32;
+using avx512::LowHalf;
 using avx512::ReduceAdd;
 using avx512::SignOf;
 using avx512::ToF;
@@ -194,7 +189,6 @@ constexpr bool kVnni = true;
 inline __m256i LaneDot8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_dpbusd_epi32(acc, u, s);
 }
-using avx512::BlockInts;
 using avx512::ZeroI;
 inline VI DotU8S8(VI init, VI u, VI s) {
   return _mm512_dpbusd_epi32(init, u, s);

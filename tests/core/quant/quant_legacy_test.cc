@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/model/gguf_tensor.h"
+#include "core/quant/activation.h"
 #include "core/quant/quant.h"
 #include "core/quant/quant_internal.h"
 #include "core/util/cpu_features.h"
@@ -730,6 +731,103 @@ INSTANTIATE_TEST_SUITE_P(
       return TypeName(std::get<0>(p.param)) + "_" +
              kLevels[std::get<1>(p.param)].name;
     });
+
+// ggml's float order (quant_legacy_simd.h), written plainly for Q4_0: the
+// lanes order (8 f32 lanes, lane j taking elements 4j..4j+3 of each block,
+// then hsum_float_8) and the sequential one (one fma chain of block sums:
+// the order of matrices of a multiple of 8 rows, which ggml repacks).
+float Q4_0Reference(const uint8_t* w_row, const uint8_t* x_row, int64_t k,
+                    bool sequential) {
+  float lanes[8] = {}, y = 0.0f;
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* wb = w_row + 18 * b;
+    const uint8_t* xb = x_row + 34 * b;
+    uint16_t wd, xd;
+    std::memcpy(&wd, wb, 2);
+    std::memcpy(&xd, xb, 2);
+    const float s = Fp16ToFloat(wd) * Fp16ToFloat(xd);
+    int32_t lane[8] = {};
+    for (int e = 0; e < 32; ++e) {
+      const int q = (e < 16 ? wb[2 + e] & 0xf : wb[2 + e - 16] >> 4) - 8;
+      lane[e / 4] += q * static_cast<int8_t>(xb[2 + e]);
+    }
+    int32_t sum = 0;
+    for (int j = 0; j < 8; ++j) {
+      lanes[j] = std::fma(s, static_cast<float>(lane[j]), lanes[j]);
+      sum += lane[j];
+    }
+    y = std::fma(static_cast<float>(sum), s, y);
+  }
+  if (sequential) return y;
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// Every level computes the scalar kernel's bits (ggml's order), at every
+// activation-row count, for odd block counts and both orders of q4_0; and
+// Q4_0's two orders are the reference's.
+TEST_P(QuantLegacyGemvTest, ComputesTheScalarKernelsBits) {
+  const auto [t, level_index] = GetParam();
+  if (IsFloatType(t))
+    GTEST_SKIP() << "float types: oneDNN's order above 32 rows";
+  const Level& level = kLevels[level_index];
+  std::string missing;
+  const CpuFeatures cpu = LevelFeatures(level, &missing);
+  if (!missing.empty()) {
+    GTEST_SKIP() << "this machine lacks " << missing << " for level "
+                 << level.name;
+  }
+  const GemvFn gemv = SelectGemv(t, cpu);
+  const GemvFn scalar = SelectGemv(t, CpuFeatures{});
+  const Type act = Info(t)->act_type;
+  std::mt19937 rng(29 + level_index);
+  std::normal_distribution<float> normal;
+  constexpr int64_t kRows = 19;
+  for (const int64_t k : {32, 96, 32 * 33, 4096}) {
+    const std::vector<uint8_t> w = RandomWeights(t, kRows, k, rng);
+    for (const int m : {1, 2, 3, 4, 5, 8, 13, 20}) {
+      std::vector<float> xf(m * k);
+      for (float& v : xf) v = normal(rng);
+      const int64_t x_row_bytes = RowBytes(act, k);
+      std::vector<uint8_t> x(m * x_row_bytes);
+      for (int r = 0; r < m; ++r) {
+        quant::QuantizeActivation(act, &xf[r * k], k, &x[r * x_row_bytes]);
+      }
+      for (const int64_t w_rows : {int64_t{0}, int64_t{16}, kRows}) {
+        std::vector<float> got(m * kRows), want(m * kRows);
+        GemvArgs a;
+        a.k = k;
+        a.w = w.data();
+        a.w_row_bytes = RowBytes(t, k);
+        a.row_begin = 0;
+        a.row_end = kRows;
+        a.x = x.data();
+        a.x_row_bytes = x_row_bytes;
+        a.m = m;
+        a.ldy = kRows;
+        a.w_rows = w_rows;
+        a.y = got.data();
+        gemv(a);
+        a.y = want.data();
+        scalar(a);
+        for (int64_t i = 0; i < m * kRows; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]),
+                    std::bit_cast<uint32_t>(want[i]))
+              << ExpectedName(t, level) << " k " << k << " m " << m
+              << " w_rows " << w_rows << " output " << i << ": " << got[i]
+              << " vs the scalar kernel's " << want[i];
+          if (t != Type::kQ4_0) continue;
+          const float ref =
+              Q4_0Reference(&w[(i % kRows) * a.w_row_bytes],
+                            &x[(i / kRows) * x_row_bytes], k, w_rows == 16);
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]),
+                    std::bit_cast<uint32_t>(ref))
+              << "q4_0 w_rows " << w_rows << " output " << i;
+        }
+      }
+    }
+  }
+}
 
 // Every activation-row count 1..13 (the kernels tile the rows, with lanes
 // past m padded) and weight-row ranges of 1, 2, 3, 5 and 13 rows (the
