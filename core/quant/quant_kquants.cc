@@ -695,8 +695,73 @@ void DecodeQ6K(const uint8_t* p, Decoded* o) {
   o->d_main = o->d_bias = Fp16ToFloat(b.d);
 }
 
+// One weight row's super-block against one activation block in ggml's
+// float order (quant_kquants_simd.h), as every SIMD level computes it.
+struct Sums {
+  float acc[8] = {};
+  float acc_m[4] = {};
+  float summs = 0.0f;
+};
+
+float Hsum8(const float a[8]) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+template <int kKind>
+void AddBlock(const Decoded& dec, const BlockQ8K& xb, Sums* s) {
+  constexpr int kOff = kKind == 3 ? 4 : kKind == 6 ? 32 : 0;
+  int32_t lanes[8] = {};
+  for (int e = 0; e < kQK; ++e) {
+    lanes[(e % 32) / 4] += dec.s[e / 16] * (dec.u[e] - kOff) * xb.qs[e];
+  }
+  const float d = xb.d * dec.d_main;
+  if constexpr (kKind == 2 || kKind == 4 || kKind == 5) {
+    // Lane j of ggml's mins·bsums: b[2j]·bsums[2j] + b[2j + 1]·bsums[2j + 1].
+    int32_t mins[8];
+    for (int j = 0; j < 8; ++j) {
+      mins[j] = dec.b[2 * j] * xb.bsums[2 * j] +
+                dec.b[2 * j + 1] * xb.bsums[2 * j + 1];
+    }
+    const float dmin = -xb.d * dec.d_bias;
+    if constexpr (kKind == 2) {
+      for (int j = 0; j < 8; ++j) {
+        s->acc[j] = std::fma(dmin, static_cast<float>(mins[j]), s->acc[j]);
+      }
+    } else if constexpr (kKind == 4) {
+      for (int j = 0; j < 4; ++j) {
+        s->acc_m[j] =
+            std::fma(dmin, static_cast<float>(mins[2 * j] + mins[2 * j + 1]),
+                     s->acc_m[j]);
+      }
+    } else {
+      int32_t total = 0;
+      for (int j = 0; j < 8; ++j) total += mins[j];
+      s->summs = std::fma(dmin, static_cast<float>(total), s->summs);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    s->acc[j] = std::fma(d, static_cast<float>(lanes[j]), s->acc[j]);
+  }
+}
+
+template <int kKind>
+float Total(const Sums& s) {
+  float y = Hsum8(s.acc);
+  if constexpr (kKind == 4) {
+    y += (s.acc_m[0] + s.acc_m[2]) + (s.acc_m[1] + s.acc_m[3]);
+  } else if constexpr (kKind == 5) {
+    y += s.summs;
+  }
+  return y;
+}
+
 template <void (*kDecode)(const uint8_t*, Decoded*), int kBlockBytes>
 void GemvScalar(const GemvArgs& a) {
+  constexpr int kKind = kBlockBytes == sizeof(BlockQ2K)   ? 2
+                        : kBlockBytes == sizeof(BlockQ3K) ? 3
+                        : kBlockBytes == sizeof(BlockQ4K) ? 4
+                        : kBlockBytes == sizeof(BlockQ5K) ? 5
+                                                          : 6;
   constexpr int kTile = 8;
   const int64_t nb = a.k / kQK;
   const auto* w = static_cast<const uint8_t*>(a.w);
@@ -705,25 +770,18 @@ void GemvScalar(const GemvArgs& a) {
   for (int64_t i = a.row_begin; i < a.row_end; ++i) {
     for (int r0 = 0; r0 < a.m; r0 += kTile) {
       const int nt = std::min(kTile, a.m - r0);
-      float acc[kTile] = {};
+      Sums sums[kTile];
       for (int64_t ib = 0; ib < nb; ++ib) {
         kDecode(w + i * a.w_row_bytes + ib * kBlockBytes, &dec);
         for (int t = 0; t < nt; ++t) {
           const auto& xb = reinterpret_cast<const BlockQ8K*>(
               x + (r0 + t) * a.x_row_bytes)[ib];
-          int32_t isum = 0, ibias = 0;
-          for (int j = 0; j < 16; ++j) {
-            int32_t dot = 0;
-            for (int l = 0; l < 16; ++l)
-              dot += dec.u[16 * j + l] * xb.qs[16 * j + l];
-            isum += dec.s[j] * dot;
-            ibias += dec.b[j] * xb.bsums[j];
-          }
-          acc[t] += xb.d * (dec.d_main * static_cast<float>(isum) -
-                            dec.d_bias * static_cast<float>(ibias));
+          AddBlock<kKind>(dec, xb, &sums[t]);
         }
       }
-      for (int t = 0; t < nt; ++t) a.y[(r0 + t) * a.ldy + i] = acc[t];
+      for (int t = 0; t < nt; ++t) {
+        a.y[(r0 + t) * a.ldy + i] = Total<kKind>(sums[t]);
+      }
     }
   }
 }

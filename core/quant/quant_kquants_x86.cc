@@ -44,16 +44,14 @@ inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm256_add_epi32(acc,
                           _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), s));
 }
-// acc + Σ of 4 adjacent u8 × s8 per int32 lane (pairs stay in int16: u8
-// operands here are at most 63).
-inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
   return _mm256_add_epi32(
-      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+      acc, _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u, q),
+                                              _mm256_maddubs_epi16(off, q)),
+                             s));
 }
 
 #include "core/quant/quant_kquants_simd.h"
-
-float ReduceF(VF x) { return Reduce256(x); }
 
 }  // namespace avx2
 #pragma GCC pop_options
@@ -67,13 +65,14 @@ namespace avx2_vnni {
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(u, q), s);
 }
-inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_dpbusd_avx_epi32(acc, u, s);
+inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
+  return _mm256_dpwssd_avx_epi32(acc,
+                                 _mm256_sub_epi16(_mm256_maddubs_epi16(u, q),
+                                                  _mm256_maddubs_epi16(off, q)),
+                                 s);
 }
 
 #include "core/quant/quant_kquants_simd.h"
-
-float ReduceF(VF x) { return Reduce256(x); }
 
 }  // namespace avx2_vnni
 #pragma GCC pop_options
@@ -88,9 +87,11 @@ inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm512_add_epi32(acc,
                           _mm512_madd_epi16(_mm512_maddubs_epi16(u, q), s));
 }
-inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_add_epi32(
-      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
+  return _mm512_add_epi32(
+      acc, _mm512_madd_epi16(_mm512_sub_epi16(_mm512_maddubs_epi16(u, q),
+                                              _mm512_maddubs_epi16(off, q)),
+                             s));
 }
 
 #include "core/quant/quant_kquants_simd.h"
@@ -108,8 +109,11 @@ namespace avx512_vnni {
 inline VI DotAcc(VI acc, VI u, VI q, VI s) {
   return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, q), s);
 }
-inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_dpbusd_epi32(acc, u, s);
+inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
+  return _mm512_dpwssd_epi32(acc,
+                             _mm512_sub_epi16(_mm512_maddubs_epi16(u, q),
+                                              _mm512_maddubs_epi16(off, q)),
+                             s);
 }
 
 #include "core/quant/quant_kquants_simd.h"

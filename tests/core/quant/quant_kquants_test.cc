@@ -563,6 +563,60 @@ TEST_P(KQuantGemvTest, MatchesDoubleReference) {
   }
 }
 
+// Every level computes the scalar kernel's bits (ggml's float order,
+// quant_kquants_simd.h), at every activation-row count.
+TEST_P(KQuantGemvTest, ComputesTheScalarKernelsBits) {
+  const KType& kt = Find(std::get<0>(GetParam()));
+  const Level level = Levels()[std::get<1>(GetParam())];
+  const std::string missing = Missing(level.cpu, DetectedCpu());
+  if (!missing.empty()) {
+    GTEST_SKIP() << "this CPU lacks " << missing << " for the " << level.name
+                 << " level";
+  }
+  const GemvFn gemv = SelectGemv(kt.type, level.cpu);
+  const GemvFn scalar = SelectGemv(kt.type, CpuFeatures{});
+  std::mt19937 rng(
+      static_cast<uint32_t>(kt.block_bytes * 37 + std::get<1>(GetParam())));
+  for (int64_t k : {int64_t{256}, int64_t{768}, int64_t{4096}}) {
+    for (int m : {1, 2, 3, 4, 5, 8, 9, 20}) {
+      SCOPED_TRACE("k " + std::to_string(k) + " m " + std::to_string(m));
+      const int rows = 11;
+      const int64_t nb = k / kQK;
+      const int64_t w_row_bytes = nb * kt.block_bytes;
+      std::vector<uint8_t> w =
+          RandomBlocks(kt, static_cast<int>(rows * nb), &rng);
+      const int64_t x_row_bytes = nb * 292;
+      std::vector<uint8_t> x(m * x_row_bytes);
+      std::vector<float> xf = Gaussian(m * k, static_cast<uint32_t>(k * m));
+      for (int r = 0; r < m; ++r) {
+        Info(Type::kQ8_K)
+            ->quantize(xf.data() + r * k, x.data() + r * x_row_bytes, k);
+      }
+      std::vector<float> got(m * rows), want(m * rows);
+      GemvArgs args;
+      args.k = k;
+      args.w = w.data();
+      args.w_row_bytes = w_row_bytes;
+      args.row_begin = 0;
+      args.row_end = rows;
+      args.x = x.data();
+      args.x_row_bytes = x_row_bytes;
+      args.m = m;
+      args.ldy = rows;
+      args.y = got.data();
+      gemv(args);
+      args.y = want.data();
+      scalar(args);
+      for (int i = 0; i < m * rows; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]),
+                  std::bit_cast<uint32_t>(want[i]))
+            << kt.name << "/" << level.name << " output " << i << ": " << got[i]
+            << " vs the scalar kernel's " << want[i];
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllLevels, KQuantGemvTest,
     ::testing::Combine(::testing::ValuesIn(kWeightTypes),
