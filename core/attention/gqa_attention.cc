@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/attention/decode_kernel.h"
+#include "core/attention/llama_order.h"
 #include "core/attention/onednn_attention.h"
 #include "core/dnnl/context.h"
 #include "core/util/check.h"
@@ -64,6 +65,7 @@ struct GqaAttention::Impl {
   DType dtype;
   AttentionPath decode_path;
   AttentionPath prefill_path;
+  bool llama_decode = false, llama_prefill = false;  // kLlamaOrder chosen
   float q_scale;  // log2(e) / sqrt(head_dim): scores in log2 units
   DecodeKernel kernel;
   std::unique_ptr<attention_internal::OneDnnAttention> onednn;
@@ -102,6 +104,9 @@ struct GqaAttention::Impl {
   void CombineRuns(absl::Span<const SeqKv> seqs, float* out, const Team& team);
   void RunDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
                  float* out, bool fused);
+  // kLlamaOrder decode: the team's share of the (sequence, group) pairs.
+  void LlamaDecode(int layer, absl::Span<const SeqKv> seqs, const float* q,
+                   float* out, const Team& team) const;
   // Fused decode of kv_mul query rows q ([kv_mul][head_dim]) over the
   // group's positions [0, n_ctx) of `seq`, written normalised to out.
   void DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx, int group,
@@ -348,6 +353,31 @@ void GqaAttention::Impl::DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx,
   }
 }
 
+void GqaAttention::Impl::LlamaDecode(int layer, absl::Span<const SeqKv> seqs,
+                                     const float* q, float* out,
+                                     const Team& team) const {
+  const int64_t row = int64_t{n_heads} * head_dim;
+  const int64_t group_floats = int64_t{kv_mul} * head_dim;
+  const int64_t n_pairs = static_cast<int64_t>(seqs.size()) * n_kv_heads;
+  int64_t begin = 0, end = 0;
+  team.Share(n_pairs, 1, &begin, &end);
+  thread_local std::vector<float> scratch;
+  for (int64_t pair = begin; pair < end; ++pair) {
+    const SeqKv& s = seqs[pair / n_kv_heads];
+    attention_internal::LlamaOrderArgs a;
+    a.pool = pool;
+    a.layer = layer;
+    a.blocks = s.blocks.data();
+    a.group = static_cast<int>(pair % n_kv_heads);
+    a.kv_mul = kv_mul;
+    a.start = WindowStart(s.n_ctx);
+    a.n_ctx = s.n_ctx;
+    a.prompt = false;
+    const int64_t off = (pair / n_kv_heads) * row + a.group * group_floats;
+    attention_internal::LlamaOrderRows(a, q + off, out + off, &scratch);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
     const BlockPool* pool, const GqaAttentionOptions& options) {
   const BlockPoolOptions& po = pool->options();
@@ -359,6 +389,13 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   if (options.sliding_window < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "GqaAttention: sliding_window %d is negative", options.sliding_window));
+  }
+  if (po.dtype != DType::kF32 &&
+      (options.decode_path == AttentionPath::kLlamaOrder ||
+       options.prefill_path == AttentionPath::kLlamaOrder)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GqaAttention: llama.cpp's float order needs an f32 KV cache, not %s",
+        DTypeName(po.dtype)));
   }
   if (po.dtype == DType::kBF16 &&
       options.decode_path == AttentionPath::kOneDnn && !DnnlHasBf16Matmul()) {
@@ -379,6 +416,11 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   impl->dtype = po.dtype;
   impl->decode_path = options.decode_path;
   impl->prefill_path = options.prefill_path;
+  const bool f32 = po.dtype == DType::kF32;
+  impl->llama_decode = options.decode_path == AttentionPath::kLlamaOrder ||
+                       (f32 && options.decode_path == AttentionPath::kAuto);
+  impl->llama_prefill = options.prefill_path == AttentionPath::kLlamaOrder ||
+                        (f32 && options.prefill_path == AttentionPath::kAuto);
   impl->q_scale = static_cast<float>(std::numbers::log2e /
                                      std::sqrt(double{1.0} * po.head_dim));
   impl->kernel = attention_internal::SelectDecodeKernel(
@@ -395,6 +437,14 @@ GqaAttention::~GqaAttention() = default;
 void GqaAttention::GqaDecode(int layer, absl::Span<const SeqKv> seqs,
                              const float* q, float* out) {
   if (seqs.empty()) return;
+  if (impl_->llama_decode) {
+#pragma omp parallel
+    {
+      const Team team{omp_get_thread_num(), omp_get_num_threads(), nullptr};
+      impl_->LlamaDecode(layer, seqs, q, out, team);
+    }
+    return;
+  }
   impl_->RunDecode(layer, seqs, q, out,
                    impl_->decode_path != AttentionPath::kOneDnn);
 }
@@ -408,6 +458,10 @@ void GqaAttention::GqaDecodeInTeam(int layer, absl::Span<const SeqKv> seqs,
                                    const Team& team) {
   Impl& im = *impl_;
   if (seqs.empty()) return;
+  if (im.llama_decode) {
+    im.LlamaDecode(layer, seqs, q, out, team);
+    return;
+  }
   if (team.leader()) im.PrepareDecode(seqs, team.size, /*fused=*/true);
   team.Sync();
   im.DecodeWork(layer, seqs, q, /*fused=*/true, team.tid);
@@ -420,6 +474,29 @@ void GqaAttention::GqaPrefill(int layer, const SeqKv& seq, int64_t start_pos,
   Impl& im = *impl_;
   KVSERVE_CHECK(start_pos >= 0 && seq.n_ctx >= start_pos + n_new);
   if (n_new <= 0) return;
+  if (im.llama_prefill) {
+    const int64_t row = int64_t{im.n_heads} * im.head_dim;
+    const int64_t group_floats = int64_t{im.kv_mul} * im.head_dim;
+    const int64_t n_items = n_new * im.n_kv_heads;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t it = 0; it < n_items; ++it) {
+      thread_local std::vector<float> scratch;
+      const int64_t i = it / im.n_kv_heads;
+      attention_internal::LlamaOrderArgs a;
+      a.pool = im.pool;
+      a.layer = layer;
+      a.blocks = seq.blocks.data();
+      a.group = static_cast<int>(it % im.n_kv_heads);
+      a.kv_mul = im.kv_mul;
+      a.n_ctx = start_pos + i + 1;
+      a.start = im.WindowStart(a.n_ctx);
+      // One query alone is ggml's vec_dot (decode) case.
+      a.prompt = n_new >= 2;
+      const int64_t off = i * row + a.group * group_floats;
+      attention_internal::LlamaOrderRows(a, q + off, out + off, &scratch);
+    }
+    return;
+  }
   const bool onednn =
       im.prefill_path == AttentionPath::kOneDnn ||
       (im.prefill_path == AttentionPath::kAuto && n_new >= kMinOneDnnPrefill);

@@ -37,8 +37,10 @@ struct SeqKv {
 // bench/attention_bench measured faster: fused for decode (it beat oneDNN in
 // every case, as oneDNN pays ~1 µs per call and cannot fuse the softmax),
 // oneDNN for prefill chunks of 16 or more queries (gemm-shaped work), fused
-// for shorter ones.
-enum class AttentionPath { kAuto, kFused, kOneDnn };
+// for shorter ones. kLlamaOrder computes llama.cpp's attention to the bit
+// (llama_order.h): kAuto's choice for f32 caches, which are chosen for
+// exactness (bf16 ones for speed); f32 only.
+enum class AttentionPath { kAuto, kFused, kOneDnn, kLlamaOrder };
 
 struct GqaAttentionOptions {
   int n_heads = 0;  // query heads; the pool gives n_kv_heads and head_dim

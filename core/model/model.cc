@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
+#include "core/util/llama_expf.h"
 #include "core/util/status_macros.h"
 #include "dnnl.hpp"
 
@@ -46,6 +47,48 @@ bool AllFinite(const float* x, int64_t n) {
 void AddInPlace(const float* y, int64_t n, float* x) {
 #pragma omp parallel for if (n > (int64_t{1} << 16))
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+// SiLU(g)·u as ggml computes it (ggml_silu then ggml_mul): its vector exp
+// on the elements in whole 8-float vectors of a row (`lane`), libm's expf
+// on the rest.
+inline float SwiGlu(float g, float u, bool lane) {
+  const float e = lane ? LlamaExpf(0.0f - g) : std::exp(-g);
+  return g / (1.0f + e) * u;
+}
+
+// RoPE as ggml's CPU backend computes it, so that q and k are llama.cpp's
+// to the bit (a 1-ulp difference there flips activation roundings later):
+// angles θ_0 = pos, θ_{j+1} = θ_j·θ_scale in f32 (each divided by its
+// frequency factor), their f32 cosf/sinf; pairs rotated as
+// x0' = fma(x0, cos, −x1·sin), x1' = fma(x0, sin, x1·cos).
+void RopeAngles(float pos, float theta_scale, const std::vector<float>& ff,
+                int half, float* cos_sin) {
+  float theta = pos;
+  for (int j = 0; j < half; ++j) {
+    const float t = ff.empty() ? theta : theta / ff[j];
+    cos_sin[2 * j] = std::cos(t);
+    cos_sin[2 * j + 1] = std::sin(t);
+    theta *= theta_scale;
+  }
+}
+
+// Pair i is (2i, 2i + 1), or (i, i + half) for split halves. Cloned for FMA
+// CPUs (the default clone calls libm's fma: the same bits, slower).
+__attribute__((target_clones("fma", "default"))) void RotateHeads(
+    float* x, int n_heads, int head_dim, int half, bool halves,
+    const float* cos_sin) {
+  const int stride = halves ? 1 : 2, other = halves ? half : 1;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = x + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float cos = cos_sin[2 * i], sin = cos_sin[2 * i + 1];
+      float* p = head + stride * i;
+      const float x0 = p[0], x1 = p[other];
+      p[0] = std::fma(x0, cos, -(x1 * sin));
+      p[other] = std::fma(x0, sin, x1 * cos);
+    }
+  }
 }
 
 }  // namespace
@@ -111,16 +154,8 @@ Model::Model(const ModelWeights* weights,
              std::unique_ptr<GqaAttention> attention)
     : weights_(weights), attention_(std::move(attention)) {
   const ModelConfig& c = config();
-  const int half = c.rotary_dim() / 2;
-  inv_freq_.resize(half);
-  for (int i = 0; i < half; ++i) {
-    double f = std::pow(static_cast<double>(c.rope_theta),
-                        -2.0 * i / static_cast<double>(c.rotary_dim()));
-    if (!weights->rope_freq_factors.empty()) {
-      f /= weights->rope_freq_factors[i];
-    }
-    inv_freq_[i] = f;
-  }
+  theta_scale_ =
+      std::pow(c.rope_theta, -2.0f / static_cast<float>(c.rotary_dim()));
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim();
   qkv_bias_.resize(weights->layers.size());
   for (size_t l = 0; l < weights->layers.size(); ++l) {
@@ -146,28 +181,8 @@ void Model::Embed(int32_t token, float* out) const {
 
 void Model::RopeInPlace(float* x, int n_heads, const float* cos_sin) const {
   const ModelConfig& c = config();
-  const int half = c.rotary_dim() / 2;
-  // Pair i is (2i, 2i + 1), or (i, i + half) for split halves; a loop per
-  // style keeps each one's strides constant.
-  const bool halves = c.rope_style == RopeStyle::kSplitHalves;
-  for (int h = 0; h < n_heads; ++h) {
-    float* head = x + h * c.head_dim;
-    if (halves) {
-      for (int i = 0; i < half; ++i) {
-        const float cos = cos_sin[2 * i], sin = cos_sin[2 * i + 1];
-        const float x0 = head[i], x1 = head[i + half];
-        head[i] = x0 * cos - x1 * sin;
-        head[i + half] = x0 * sin + x1 * cos;
-      }
-      continue;
-    }
-    for (int i = 0; i < half; ++i) {
-      const float cos = cos_sin[2 * i], sin = cos_sin[2 * i + 1];
-      const float x0 = head[2 * i], x1 = head[2 * i + 1];
-      head[2 * i] = x0 * cos - x1 * sin;
-      head[2 * i + 1] = x0 * sin + x1 * cos;
-    }
-  }
+  RotateHeads(x, n_heads, c.head_dim, c.rotary_dim() / 2,
+              c.rope_style == RopeStyle::kSplitHalves, cos_sin);
 }
 
 void Model::RotateAndStoreKv(int layer, int64_t row, BlockTable& kv,
@@ -256,13 +271,9 @@ absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
     for (const SeqChunk& chunk : chunks) {
       for (size_t i = 0; i < chunk.tokens.size(); ++i, ++row) {
         Embed(chunk.tokens[i], &x_[row * dim]);
-        const double pos = static_cast<double>(chunk.start_pos + i);
-        float* cs = &cos_sin_[row * half * 2];
-        for (int j = 0; j < half; ++j) {
-          const double angle = pos * inv_freq_[j];
-          cs[2 * j] = static_cast<float>(std::cos(angle));
-          cs[2 * j + 1] = static_cast<float>(std::sin(angle));
-        }
+        RopeAngles(static_cast<float>(chunk.start_pos + i), theta_scale_,
+                   weights_->rope_freq_factors, half,
+                   &cos_sin_[row * half * 2]);
       }
     }
   }
@@ -335,8 +346,9 @@ absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
       const float* gate = &gate_up_[r * 2 * hidden];
       const float* up = gate + hidden;
       float* out = &hidden_[r * hidden];
+      const int lanes = hidden - hidden % 8;
       for (int i = 0; i < hidden; ++i) {
-        out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+        out[i] = SwiGlu(gate[i], up[i], i < lanes);
       }
     }
     KVSERVE_RETURN_IF_ERROR(ll.w_down->Forward(hidden_.data(), m, xb_.data()));
@@ -430,10 +442,11 @@ void Model::DecodeInTeam(absl::Span<const SeqChunk> chunks, int64_t m) {
       team.Sync();
       int64_t begin = 0, end = 0;
       team.Share(m * hidden, 16, &begin, &end);
+      const int lanes = hidden - hidden % 8;
       for (int64_t i = begin; i < end; ++i) {
         const float* gate = &gate_up_[(i / hidden) * 2 * hidden];
         const float g = gate[i % hidden], u = gate[hidden + i % hidden];
-        hidden_[i] = g / (1.0f + std::exp(-g)) * u;
+        hidden_[i] = SwiGlu(g, u, i % hidden < lanes);
       }
       team.Sync();
       ll.w_down->ForwardInTeam(hidden_.data(), m, xb_.data(), team);

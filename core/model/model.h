@@ -103,7 +103,7 @@ class Model {
   std::unique_ptr<GqaAttention> attention_;
   std::vector<LayerLinears> layers_;
   std::unique_ptr<Linear> output_;
-  std::vector<double> inv_freq_;  // [rotary_dim / 2]
+  float theta_scale_ = 1.0f;  // RoPE: rope_theta^(−2 / rotary_dim)
   // Per layer: the q, k, v biases side by side, [q_dim + 2 * kv_dim]; empty
   // for a layer without biases.
   std::vector<std::vector<float>> qkv_bias_;

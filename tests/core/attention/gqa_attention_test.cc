@@ -242,6 +242,20 @@ void CheckDecode(Cache& cache, GqaAttention& attention, const Shape& shape,
   }
 }
 
+const char* PathName(AttentionPath p) {
+  switch (p) {
+    case AttentionPath::kAuto:
+      return "auto";
+    case AttentionPath::kFused:
+      return "fused";
+    case AttentionPath::kOneDnn:
+      return "onednn";
+    case AttentionPath::kLlamaOrder:
+      return "llama";
+  }
+  return "?";
+}
+
 class DecodeTest
     : public ::testing::TestWithParam<
           std::tuple<int /*kv_mul*/, int /*head_dim*/, DType, AttentionPath>> {
@@ -257,8 +271,7 @@ std::string ParamName(
     const ::testing::TestParamInfo<DecodeTest::ParamType>& info) {
   return absl::StrFormat(
       "kvmul%d_d%d_%s_%s", std::get<0>(info.param), std::get<1>(info.param),
-      DTypeName(std::get<2>(info.param)),
-      std::get<3>(info.param) == AttentionPath::kOneDnn ? "onednn" : "fused");
+      DTypeName(std::get<2>(info.param)), PathName(std::get<3>(info.param)));
 }
 
 TEST_P(DecodeTest, MixedBatchAndSingleSequences) {
@@ -300,6 +313,14 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionPath::kFused,
                                          AttentionPath::kOneDnn)),
     ParamName);
+// llama.cpp's float order: f32 caches only.
+INSTANTIATE_TEST_SUITE_P(
+    LlamaOrder, DecodeTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(8, 64, 128),
+                       ::testing::Values(DType::kF32),
+                       ::testing::Values(AttentionPath::kLlamaOrder)),
+    ParamName);
 
 class PrefillTest : public DecodeTest {};
 
@@ -339,6 +360,13 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kF32, DType::kBF16),
                        ::testing::Values(AttentionPath::kFused,
                                          AttentionPath::kOneDnn)),
+    ParamName);
+INSTANTIATE_TEST_SUITE_P(
+    LlamaOrder, PrefillTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(8, 64, 128),
+                       ::testing::Values(DType::kF32),
+                       ::testing::Values(AttentionPath::kLlamaOrder)),
     ParamName);
 
 // Odd and large block sizes: tiles and stretches that straddle blocks.
@@ -382,9 +410,15 @@ INSTANTIATE_TEST_SUITE_P(
                                          AttentionPath::kOneDnn)),
     [](const auto& info) {
       return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
-                             std::get<1>(info.param) == AttentionPath::kOneDnn
-                                 ? "onednn"
-                                 : "fused");
+                             PathName(std::get<1>(info.param)));
+    });
+INSTANTIATE_TEST_SUITE_P(
+    LlamaOrder, BlockSizesTest,
+    ::testing::Combine(::testing::Values(DType::kF32),
+                       ::testing::Values(AttentionPath::kLlamaOrder)),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             PathName(std::get<1>(info.param)));
     });
 
 // A sliding window W (the query at i attends to i - W < j <= i) in decode
@@ -447,12 +481,27 @@ INSTANTIATE_TEST_SUITE_P(
                                          AttentionPath::kOneDnn,
                                          AttentionPath::kAuto)),
     [](const auto& info) {
-      const AttentionPath p = std::get<1>(info.param);
       return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
-                             p == AttentionPath::kOneDnn  ? "onednn"
-                             : p == AttentionPath::kFused ? "fused"
-                                                          : "auto");
+                             PathName(std::get<1>(info.param)));
     });
+INSTANTIATE_TEST_SUITE_P(
+    LlamaOrder, WindowTest,
+    ::testing::Combine(::testing::Values(DType::kF32),
+                       ::testing::Values(AttentionPath::kLlamaOrder)),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             PathName(std::get<1>(info.param)));
+    });
+
+TEST(GqaAttentionTest, RejectsLlamaOrderOverABf16Cache) {
+  Cache cache(Shape{8, 4, 8, 16, DType::kBF16}, 64, 1);
+  GqaAttentionOptions o;
+  o.n_heads = 8;
+  o.decode_path = AttentionPath::kLlamaOrder;
+  const absl::Status s = GqaAttention::Create(cache.pool(), o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("f32 KV cache"), std::string::npos) << s;
+}
 
 TEST(GqaAttentionTest, RejectsANegativeWindow) {
   Cache cache(Shape{8, 4, 8, 16, DType::kF32}, 64, 1);
