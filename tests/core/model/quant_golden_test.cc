@@ -1,30 +1,24 @@
 // Every quantized file in ../shared/models/quant served as stored (default
-// flags) against the golden of an independent implementation (llama.cpp
-// c392e50, f32 KV cache) in ../shared/golden/quant: greedy tokens agree
-// until the first disagreement, allowed only at a near tie, and the top-5
-// logits relative to the top-1 agree. The issue's rule (near tie < 0.1,
-// logits within 0.1) is asserted for the F32 file (logits within 0.001),
-// and for every file at step 0, the prompt's logits, where the formats'
-// own arithmetic decides; over all 32 steps the quantized files are held
-// to kQuantizedLogitTol, and the issue's verdict is printed per file.
+// flags, an f32 KV cache as the goldens') against the golden of an
+// independent implementation (llama.cpp c392e50, f32 KV cache) in
+// ../shared/golden/quant, with the issue's rule on every file: greedy
+// tokens agree until the first disagreement, allowed only at a near tie
+// (golden gap < 0.1), and at every compared step the top-5 logits relative
+// to the top-1 are within 0.1 of the golden's (0.001 for the F32 file).
 //
-// Why not 0.1 over 32 steps for the quantized files: activations are
-// quantized to 8 bits before every matrix product (as llama.cpp does, with
-// its rounding: core/quant/activation.h), and this synthetic model turns a
-// single flipped rounding (one int8 off by one, after a 1-ulp difference
-// upstream) into 0.1-0.3 of logit a few steps later. The goldens were made
-// by an AVX2 build of llama.cpp c392e50: built here, it reproduces all 14
-// exactly, while its own AVX-512 build misses the rule on two (Q2_K: 0.41;
-// Q4_K: a token flip at a golden gap of 0.20), its float order differing
-// only in the SIMD width. Meeting the rule on every file would take
-// ggml's AVX2 float order in every kernel, attention, RoPE and SiLU.
-// Tensor-by-tensor comparison with that build found two systematic
-// differences, both fixed: RMSNorm's sum of squares (in double there; the
-// Q6_K and Q3_K files were 0.5 and 0.4 off at step 0) and F16/BF16 weights
-// multiplying activations rounded to their own type (stories260K's F16
-// ffn_down). Now (Zen 5; native / avx2 cap / scalar) the rule holds over
-// all 32 steps for 8 / 7 / 8 of the 14 files, and at step 0 for all.
-// ctest runs this binary again under KVSERVE_MAX_ISA=avx2.
+// The rule holds because the model computes llama.cpp's x86 float order
+// (the goldens were made by its AVX2 build: built here, it reproduces all
+// 14): the quantized kernels' sums (core/quant: the same bits at every ISA
+// level), RoPE's f32 angles and fmas, SwiGLU's and the softmax's vector exp
+// and the attention's order over an f32 cache (core/attention/llama_order.h).
+// This synthetic model turns one flipped 8-bit activation rounding (after
+// a 1-ulp difference upstream) into 0.1-0.3 of logit a few steps later, so
+// nothing less does: with the previous kernels 8 of the 14 files met it.
+// Measured (Zen 5; native, avx2 cap and scalar alike): 12 files equal the
+// golden exactly over all 32 steps; F32 (oneDNN's sgemm order) within 4e-5,
+// stories260K-q8_0 (its F16 ffn_down, in our float kernels' order at
+// AVX-512) within 0.054. ctest runs this binary again under
+// KVSERVE_MAX_ISA=avx2.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -48,10 +42,6 @@ LoadOptions ModelAt(const std::string& path) {
   return o;
 }
 
-// The worst difference measured here over all files and levels is 0.38
-// (Q5_1 at the avx2 cap); the margin is for other CPUs' kernels (their
-// float order differs, and this model amplifies one flipped rounding).
-constexpr double kQuantizedLogitTol = 0.5;
 // The issue's bound on logits and near ties.
 constexpr double kIssueTol = 0.1;
 
@@ -100,23 +90,15 @@ TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
   const bool f32 = GetParam().ends_with("-f32");
   int compared = 0;
   ::testing::AssertionResult agrees = testing::AgreesWithReference(
-      *ref, ours, f32 ? 1e-3 : kQuantizedLogitTol,
-      f32 ? kIssueTol : kQuantizedLogitTol, &compared);
+      *ref, ours, f32 ? 1e-3 : kIssueTol, kIssueTol, &compared);
   EXPECT_TRUE(agrees) << GetParam() << " (" << files->weights->TypeSummary()
                       << ") on " << CpuSummary();
   // Step 0's logits are always compared; its token may be a near tie.
-  EXPECT_TRUE(compared >= 1 ||
-              ref->gap[0] < (f32 ? kIssueTol : kQuantizedLogitTol))
-      << compared;
+  EXPECT_TRUE(compared >= 1 || ref->gap[0] < kIssueTol) << compared;
   const double step0 = StepDiff(*ref, ours, 0);
   EXPECT_LE(step0, kIssueTol) << GetParam() << " on " << CpuSummary();
-  ::testing::AssertionResult issue =
-      testing::AgreesWithReference(*ref, ours, kIssueTol, kIssueTol, nullptr);
-  std::printf(
-      "%s: %s; step 0 within %.3g; the issue's rule over %zu steps: "
-      "%s%s\n",
-      GetParam().c_str(), agrees.message(), step0, ref->tokens.size(),
-      issue ? "met" : "missed, ", issue ? "" : issue.message());
+  std::printf("%s: %s; step 0 within %.3g\n", GetParam().c_str(),
+              agrees.message(), step0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
