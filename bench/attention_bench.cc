@@ -40,7 +40,9 @@ struct Env {
 };
 
 const char* PathName(AttentionPath p) {
-  return p == AttentionPath::kOneDnn ? "onednn" : "fused";
+  return p == AttentionPath::kOneDnn       ? "onednn"
+         : p == AttentionPath::kLlamaOrder ? "llama"
+                                           : "fused";
 }
 
 // `replicas` copies of a batch of `batch` sequences of T positions each,
@@ -252,8 +254,13 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only,
         if (decode_only && T < 4096) continue;
         Fixture f(dtype, block_tokens, batch, T, 3 * kL3Bytes);
         for (AttentionPath path :
-             {AttentionPath::kFused, AttentionPath::kOneDnn}) {
+             {AttentionPath::kFused, AttentionPath::kOneDnn,
+              AttentionPath::kLlamaOrder}) {
           if (fused_only && path != AttentionPath::kFused) continue;
+          // llama.cpp's order (kAuto's choice for f32): f32 caches only.
+          if (path == AttentionPath::kLlamaOrder && dtype != DType::kF32) {
+            continue;
+          }
           PrintDecode(env, "decode", path, dtype, batch, T, block_tokens,
                       TimeDecode(env, f, path, batch, T, dtype));
         }
@@ -283,8 +290,11 @@ void RunPrefill(const Env& env, int block_tokens) {
       for (int64_t i = 0; i < kChunk; ++i) {
         flops += 4.0 * kHeads * kHeadDim * (start + i + 1);
       }
-      for (AttentionPath path :
-           {AttentionPath::kFused, AttentionPath::kOneDnn}) {
+      for (AttentionPath path : {AttentionPath::kFused, AttentionPath::kOneDnn,
+                                 AttentionPath::kLlamaOrder}) {
+        if (path == AttentionPath::kLlamaOrder && dtype != DType::kF32) {
+          continue;
+        }
         GqaAttentionOptions o;
         o.n_heads = kHeads;
         o.prefill_path = path;

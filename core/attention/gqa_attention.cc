@@ -416,11 +416,8 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
   impl->dtype = po.dtype;
   impl->decode_path = options.decode_path;
   impl->prefill_path = options.prefill_path;
-  const bool f32 = po.dtype == DType::kF32;
-  impl->llama_decode = options.decode_path == AttentionPath::kLlamaOrder ||
-                       (f32 && options.decode_path == AttentionPath::kAuto);
-  impl->llama_prefill = options.prefill_path == AttentionPath::kLlamaOrder ||
-                        (f32 && options.prefill_path == AttentionPath::kAuto);
+  impl->llama_decode = options.decode_path == AttentionPath::kLlamaOrder;
+  impl->llama_prefill = options.prefill_path == AttentionPath::kLlamaOrder;
   impl->q_scale = static_cast<float>(std::numbers::log2e /
                                      std::sqrt(double{1.0} * po.head_dim));
   impl->kernel = attention_internal::SelectDecodeKernel(

@@ -38,8 +38,9 @@ struct SeqKv {
 // every case, as oneDNN pays ~1 µs per call and cannot fuse the softmax),
 // oneDNN for prefill chunks of 16 or more queries (gemm-shaped work), fused
 // for shorter ones. kLlamaOrder computes llama.cpp's attention to the bit
-// (llama_order.h): kAuto's choice for f32 caches, which are chosen for
-// exactness (bf16 ones for speed); f32 only.
+// over an f32 cache (llama_order.h), at a cost: decode ~0.15 of the read
+// bandwidth against the fused kernel's 0.5-0.8, prompts ~20 GFLOP/s
+// against oneDNN's ~200 (bench/attention_bench).
 enum class AttentionPath { kAuto, kFused, kOneDnn, kLlamaOrder };
 
 struct GqaAttentionOptions {

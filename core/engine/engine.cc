@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (!pool.ok()) return pool.status();
   e->pool_ = *std::move(pool);
   auto model = Model::Create(weights, e->pool_.get(),
-                             {.max_batch_tokens = options.max_batch_tokens});
+                             {.max_batch_tokens = options.max_batch_tokens,
+                              .llama_attention = options.llama_attention});
   if (!model.ok()) return model.status();
   e->model_ = *std::move(model);
   e->sessions_ = std::make_unique<SessionStore>(e->pool_.get());

@@ -110,8 +110,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   if (static_cast<int>(weights->layers.size()) != c.n_layers) {
     return absl::InvalidArgumentError("model has the wrong number of layers");
   }
-  auto attention = GqaAttention::Create(
-      pool, {.n_heads = c.n_heads, .sliding_window = c.sliding_window});
+  const AttentionPath path = options.llama_attention
+                                 ? AttentionPath::kLlamaOrder
+                                 : AttentionPath::kAuto;
+  auto attention =
+      GqaAttention::Create(pool, {.n_heads = c.n_heads,
+                                  .sliding_window = c.sliding_window,
+                                  .decode_path = path,
+                                  .prefill_path = path});
   if (!attention.ok()) return attention.status();
   std::unique_ptr<Model> model(new Model(weights, *std::move(attention)));
   model->options_ = options;

@@ -50,6 +50,10 @@ struct ModelOptions {
   // instead of a region per operation. false: always the per-operation
   // path (for benchmarks and tests comparing the two).
   bool decode_in_team = true;
+  // Attention in llama.cpp's float order (AttentionPath::kLlamaOrder: its
+  // values to the bit, with the rest of the model's arithmetic; f32 KV
+  // caches only, INVALID_ARGUMENT otherwise). Slower: see gqa_attention.h.
+  bool llama_attention = false;
 };
 
 class Model {

@@ -1,6 +1,7 @@
-// Every quantized file in ../shared/models/quant served as stored (default
-// flags, an f32 KV cache as the goldens') against the golden of an
-// independent implementation (llama.cpp c392e50, f32 KV cache) in
+// Every quantized file in ../shared/models/quant served as stored (an f32
+// KV cache as the goldens', llama.cpp's attention: --attention=llama) against
+// the golden of an independent implementation (llama.cpp c392e50, f32 KV cache)
+// in
 // ../shared/golden/quant, with the rule on every file: greedy
 // tokens agree until the first disagreement, allowed only at a near tie
 // (golden gap < 0.1), and at every compared step the top-5 logits relative
@@ -9,8 +10,8 @@
 // The rule holds because the model computes llama.cpp's x86 float order
 // (the goldens were made by its AVX2 build: built here, it reproduces all
 // 14): the quantized kernels' sums (core/quant: the same bits at every ISA
-// level), RoPE's f32 angles and fmas, SwiGLU's and the softmax's vector exp
-// and the attention's order over an f32 cache (core/attention/llama_order.h).
+// level), RoPE's f32 angles and fmas, SwiGLU's vector exp and the
+// attention's order over an f32 cache (core/attention/llama_order.h).
 // This synthetic model turns one flipped 8-bit activation rounding (after
 // a 1-ulp difference upstream) into 0.1-0.3 of logit a few steps later, so
 // nothing less does: with the previous kernels 8 of the 14 files met it.
@@ -81,8 +82,8 @@ TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
        .block_tokens = 16,
        .dtype = DType::kF32,
        .capacity_bytes = n_ctx * c.KvBytesPerToken(DType::kF32)});
-  absl::StatusOr<std::unique_ptr<Model>> m =
-      Model::Create(files->weights.get(), pool.get());
+  absl::StatusOr<std::unique_ptr<Model>> m = Model::Create(
+      files->weights.get(), pool.get(), {.llama_attention = true});
   ASSERT_TRUE(m.ok()) << m.status();
   testing::OurRun ours =
       testing::RunGreedy(**m, pool.get(), ref->prompt, ref->tokens.size());
