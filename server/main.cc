@@ -69,10 +69,11 @@ ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "the free memory (MemAvailable or the cgroup limit), at least one "
           "block per --max_running sequence (printed at start)");
 ABSL_FLAG(std::string, kv_dtype, "f32", "f32|bf16: KV cache element type");
-ABSL_FLAG(std::string, attention, "auto",
-          "auto|llama: llama computes llama.cpp's attention to the bit (its "
-          "float order, with --kv_dtype=f32 only), slower than auto's kernels "
-          "(decode ~3x, prompts ~10x the attention time)");
+ABSL_FLAG(std::string, numerics, "auto",
+          "auto|llama: llama computes llama.cpp's values to the bit (its "
+          "float order in attention, with --kv_dtype=f32 only, and in the "
+          "quantized kernels at every row count), slower than auto (decode "
+          "attention ~3x, prompts' attention ~10x and matrices 1.2-2.6x)");
 ABSL_FLAG(int32_t, kv_block_tokens, kvserve::BlockPoolOptions().block_tokens,
           "positions per KV cache block");
 ABSL_FLAG(int32_t, max_context, 0,
@@ -371,21 +372,21 @@ int Serve() {
                  kv_dtype.status().ToString().c_str());
     return 1;
   }
-  const std::string attention = absl::GetFlag(FLAGS_attention);
-  if (attention != "auto" && attention != "llama") {
-    std::fprintf(stderr, "kvserve: --attention=%s: must be auto or llama\n",
-                 attention.c_str());
+  const std::string numerics = absl::GetFlag(FLAGS_numerics);
+  if (numerics != "auto" && numerics != "llama") {
+    std::fprintf(stderr, "kvserve: --numerics=%s: must be auto or llama\n",
+                 numerics.c_str());
     return 2;
   }
-  if (attention == "llama" && *kv_dtype != DType::kF32) {
+  if (numerics == "llama" && *kv_dtype != DType::kF32) {
     std::fprintf(stderr,
-                 "kvserve: --attention=llama computes llama.cpp's attention "
+                 "kvserve: --numerics=llama computes llama.cpp's attention "
                  "over an f32 KV cache; --kv_dtype=%s is not one\n",
                  absl::GetFlag(FLAGS_kv_dtype).c_str());
     return 2;
   }
   EngineOptions options;
-  options.llama_attention = attention == "llama";
+  options.llama_order = numerics == "llama";
   if (absl::GetFlag(FLAGS_kv_cache_bytes) < 0) {
     std::fprintf(stderr,
                  "kvserve: --kv_cache_bytes=%lld must not be negative (0: the "

@@ -98,11 +98,12 @@ class BlockLinear final : public Linear {
   };
 
   BlockLinear(int64_t n, int64_t k, std::vector<Part> parts,
-              std::vector<Act> acts, int64_t gemv_max_rows)
+              std::vector<Act> acts, int64_t gemv_max_rows, int lane_min_rows)
       : Linear(n, k),
         parts_(std::move(parts)),
         acts_(std::move(acts)),
-        gemv_max_rows_(gemv_max_rows) {
+        gemv_max_rows_(gemv_max_rows),
+        lane_min_rows_(lane_min_rows) {
     panel_rows_ = std::max<int64_t>(16, kPanelBytes / (4 * k_));
   }
 
@@ -220,6 +221,7 @@ class BlockLinear final : public Linear {
         args.y = y + r0 * n_ + p.row0;
         args.ldy = n_;
         args.w_rows = p.w.rows;
+        args.lane_min_rows = lane_min_rows_;
         p.gemv(args);
       }
       r0 += rows;
@@ -299,6 +301,7 @@ class BlockLinear final : public Linear {
   std::vector<std::vector<std::vector<uint8_t>>> member_acts_ =
       std::vector<std::vector<std::vector<uint8_t>>>(kMaxMembers);
   const int64_t gemv_max_rows_;
+  const int lane_min_rows_;  // GemvArgs::lane_min_rows
   int64_t panel_rows_ = 0;
   absl::flat_hash_map<std::pair<int64_t, int64_t>, dnnl::matmul> sgemm_;
 };
@@ -346,11 +349,17 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
   if (gemv_max_rows < 0) {
     gemv_max_rows = std::numeric_limits<int64_t>::max();
     for (const WeightTensor& w : weights) {
+      // llama_order: the block formats' kernels at every row count (the
+      // float formats' kernels are not in ggml's order anyway).
+      const bool block = quant::Info(w.type)->act_type != quant::Type::kF32;
+      if (options.llama_order && block) continue;
       gemv_max_rows = std::min(gemv_max_rows, DefaultGemvMaxRows(w.type));
     }
   }
-  auto linear = std::make_unique<BlockLinear>(n, k, std::move(parts),
-                                              std::move(acts), gemv_max_rows);
+  auto linear = std::make_unique<BlockLinear>(
+      n, k, std::move(parts), std::move(acts), gemv_max_rows,
+      options.llama_order ? std::numeric_limits<int>::max()
+                          : quant::GemvArgs().lane_min_rows);
   // Probe the sgemm shapes the largest call will use.
   if (options.max_rows > gemv_max_rows) {
     try {

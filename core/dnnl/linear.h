@@ -49,6 +49,11 @@ struct LinearOptions {
   // --prefill_paths` measures the crossover). < 0: the default, the least
   // of the stacked matrices' types' (block_linear.cc).
   int64_t gemv_max_rows = -1;
+  // Block formats: ggml's float order at every row count (llama.cpp's
+  // values to the bit): no activation-lane kernels and no dequantized
+  // panels (gemv_max_rows is then unlimited). Prompts and batches are
+  // slower (1.2-2.6x their matrix time at 8-512 rows).
+  bool llama_order = false;
 };
 
 class Linear {

@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   e->pool_ = *std::move(pool);
   auto model = Model::Create(weights, e->pool_.get(),
                              {.max_batch_tokens = options.max_batch_tokens,
-                              .llama_attention = options.llama_attention});
+                              .llama_order = options.llama_order});
   if (!model.ok()) return model.status();
   e->model_ = *std::move(model);
   e->sessions_ = std::make_unique<SessionStore>(e->pool_.get());

@@ -50,9 +50,9 @@ struct EngineOptions {
   int kv_block_tokens = BlockPoolOptions().block_tokens;
   int max_context = 0;  // 0: the model's context length
   int max_batch_tokens = 512;
-  // ModelOptions::llama_attention (llama.cpp's attention to the bit; f32
-  // KV caches only).
-  bool llama_attention = false;
+  // ModelOptions::llama_order (llama.cpp's values to the bit; f32 KV
+  // caches only).
+  bool llama_order = false;
   // While sequences decode, prefill chunks are sized (from measured step
   // costs) so that a step takes at most this many times a decode-only step;
   // 0: prefill always fills max_batch_tokens.

@@ -110,9 +110,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
   if (static_cast<int>(weights->layers.size()) != c.n_layers) {
     return absl::InvalidArgumentError("model has the wrong number of layers");
   }
-  const AttentionPath path = options.llama_attention
-                                 ? AttentionPath::kLlamaOrder
-                                 : AttentionPath::kAuto;
+  const AttentionPath path =
+      options.llama_order ? AttentionPath::kLlamaOrder : AttentionPath::kAuto;
   auto attention =
       GqaAttention::Create(pool, {.n_heads = c.n_heads,
                                   .sliding_window = c.sliding_window,
@@ -131,8 +130,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(
 absl::Status Model::CreateLinears(int64_t max_rows) {
   auto make = [&](absl::Span<const WeightTensor> w, int64_t rows,
                   std::unique_ptr<Linear>* out) {
-    absl::StatusOr<std::unique_ptr<Linear>> l = Linear::Create(
-        w, {.max_rows = rows, .gemv_max_rows = options_.gemv_max_rows});
+    absl::StatusOr<std::unique_ptr<Linear>> l =
+        Linear::Create(w, {.max_rows = rows,
+                           .gemv_max_rows = options_.gemv_max_rows,
+                           .llama_order = options_.llama_order});
     if (l.ok()) *out = *std::move(l);
     return l.status();
   };

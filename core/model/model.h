@@ -50,10 +50,13 @@ struct ModelOptions {
   // instead of a region per operation. false: always the per-operation
   // path (for benchmarks and tests comparing the two).
   bool decode_in_team = true;
-  // Attention in llama.cpp's float order (AttentionPath::kLlamaOrder: its
-  // values to the bit, with the rest of the model's arithmetic; f32 KV
-  // caches only, INVALID_ARGUMENT otherwise). Slower: see gqa_attention.h.
-  bool llama_attention = false;
+  // llama.cpp's values to the bit (its x86 CPU backend's float order):
+  // attention in its order (AttentionPath::kLlamaOrder; f32 KV caches only,
+  // INVALID_ARGUMENT otherwise) and the block formats' kernels in theirs at
+  // every row count (LinearOptions::llama_order). Without it, decode and
+  // prompts of fewer than 8 tokens still compute the kernels' part in
+  // llama.cpp's order. Slower: see gqa_attention.h and linear.h.
+  bool llama_order = false;
 };
 
 class Model {

@@ -61,6 +61,11 @@ struct GemvArgs {
   // repacks q4_0 matrices of a multiple of 8 rows, which changes the order
   // of its float sums, and the q4_0 kernels follow it (quant_legacy_simd.h).
   int64_t w_rows = 0;
+  // From this many activation rows on, the types with activation-lane
+  // kernels (faster for prompts and batches) use them, although their sums
+  // are not in ggml's order; a huge value keeps ggml's order at every m.
+  // q4_0 in its sequential order uses them from 4 rows (the same order).
+  int lane_min_rows = 8;
 };
 using GemvFn = void (*)(const GemvArgs& args);
 

@@ -11,16 +11,19 @@
 //   __m256i Fold8(VI)     the 8 int32 lanes of ggml's block sums
 //   VI DotAcc(acc, u, q, s)  acc + Σ pairs s·(u·q), int16 pairs of u8·s8
 //   VI DotAccOff(acc, u, q, s, off)  the same of (u − off)·q
+//   Dot8(acc, u, s)       256-bit: acc + Σ of 4 adjacent u8 × s8 per int32
+//   kLaneWeightRows       weight rows per pass of the lane kernels (2 or 4)
 // Blocks decode (to the form described in quant_kquants.h) with AVX2
 // code, joined into wide vectors at the AVX-512 levels, except Q4_K and
 // Q6_K, which AVX-512 decodes in 512-bit vectors directly.
 //
-// Every level computes ggml's float order (RowTile below): the same bits
-// as llama.cpp's x86 kernels, at any number of activation rows (a weight
-// super-block is decoded once and reused for up to 8 of them). The
-// activation-lane kernels this file had for m >= 4 (8 activation rows in
-// the lanes of one dot; ~1.6x faster at m = 8 for Q4_K and Q6_K) cannot
-// form ggml's per-element-lane sums, so they went.
+// RowTile computes ggml's float order: the same bits as llama.cpp's x86
+// kernels at every level, at any number of activation rows (a weight
+// super-block is decoded once and reused for up to 8 of them). From
+// GemvArgs::lane_min_rows rows on, Q4_K, Q5_K and Q6_K use the
+// activation-lane kernels below instead (8 activation rows in the lanes of
+// one dot; ~1.6x faster at m = 8), which cannot form ggml's
+// per-element-lane sums (1-ulp differences).
 
 // One super-block decoded into 256-bit vectors.
 struct Decoded256 {
@@ -409,10 +412,286 @@ void RowTile(const GemvArgs& a, int64_t i, int r0) {
   }
 }
 
+// --- Activation-lane kernels (m >= kLaneMinRows): Q4_K and Q6_K. ---
+//
+// A tile of up to kLanes activation rows is repacked once per call so that
+// 256-bit lane t holds activation row t: four quants of each row side by
+// side per 4-element group. A weight block is decoded once (quants to a
+// small buffer, scales to floats) and each group of 4 weight quants is
+// broadcast into all lanes, so one 8-lane dot step serves every row with no
+// horizontal reductions (the lanes are the outputs).
+constexpr int kLanes = 8;
+
+// Per tile and block: q [64][kLanes] int32 (quants 4g..4g+3 of row t at
+// [g][t]), d [kLanes] (x.d), b [16][kLanes] (Q4_K: float Σx over the 32
+// elements 32g.. at [g < 8]; Q6_K: int32 −32·bsums[j]).
+struct LaneTileLayout {
+  static constexpr int kQ = 64 * kLanes, kD = kLanes, kB = 16 * kLanes;
+  static constexpr int kBlockWords = kQ + kD + kB;
+};
+
+template <int kKind>
+void PackLaneTile(const GemvArgs& a, int r0, int rows, int64_t nb,
+                  int32_t* out) {
+  constexpr bool kIsQ6 = kKind == 6;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    int32_t* q = out + ib * LaneTileLayout::kBlockWords;
+    float* d = reinterpret_cast<float*>(q + LaneTileLayout::kQ);
+    int32_t* b = q + LaneTileLayout::kQ + LaneTileLayout::kD;
+    for (int t = 0; t < kLanes; ++t) {
+      if (t >= rows) {
+        for (int g = 0; g < 64; ++g) q[g * kLanes + t] = 0;
+        d[t] = 0.0f;
+        for (int j = 0; j < 16; ++j) b[j * kLanes + t] = 0;
+        continue;
+      }
+      const auto* xb =
+          reinterpret_cast<const BlockQ8K*>(static_cast<const uint8_t*>(a.x) +
+                                            (r0 + t) * a.x_row_bytes) +
+          ib;
+      for (int g = 0; g < 64; ++g) {
+        int32_t v;
+        std::memcpy(&v, xb->qs + 4 * g, sizeof(v));
+        q[g * kLanes + t] = v;
+      }
+      d[t] = xb->d;
+      if constexpr (kIsQ6) {
+        for (int j = 0; j < 16; ++j) b[j * kLanes + t] = -32 * xb->bsums[j];
+      } else {
+        for (int g = 0; g < 8; ++g) {
+          const float sum =
+              static_cast<float>(xb->bsums[2 * g] + xb->bsums[2 * g + 1]);
+          std::memcpy(&b[g * kLanes + t], &sum, sizeof(sum));
+        }
+      }
+    }
+  }
+}
+
+inline __m256i Bcast32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+inline __m256i LoadLane(const int32_t* p) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// One weight block decoded for the lane kernel: quants in element order
+// (Q6_K: + 32), main scales · d (per 16 elements for Q6_K, 32 for Q4_K),
+// Q4_K's mins · dmin.
+struct LaneBlock {
+  alignas(32) uint8_t u[kQK];
+  alignas(32) float sd[16];
+  alignas(32) float md[8];
+};
+
+template <int kKind>
+__attribute__((always_inline)) inline void DecodeLane(const uint8_t* p,
+                                                      LaneBlock* o) {
+  constexpr bool kIsQ6 = kKind == 6;
+  if constexpr (kIsQ6) {
+    const auto* b = reinterpret_cast<const BlockQ6K*>(p);
+    const __m256i m4 = Splat8(0x0f), m30 = Splat8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      // As DecodeQ6K: element 128h + 32j + l.
+      const __m256i l0 = Load256(b->ql + 64 * h),
+                    l1 = Load256(b->ql + 64 * h + 32);
+      const __m256i qh = Load256(b->qh + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i low =
+            _mm256_and_si256(Srl16(j % 2 ? l1 : l0, 4 * (j / 2)), m4);
+        const __m256i high = _mm256_and_si256(
+            j < 2 ? Sll16(qh, 4 - 2 * j) : Srl16(qh, 2 * j - 4), m30);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o->u + 128 * h + 32 * j),
+                           _mm256_or_si256(low, high));
+      }
+    }
+    const __m128i s8 =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
+    const __m256 dm = _mm256_set1_ps(_cvtsh_ss(b->d));
+    _mm256_store_ps(
+        o->sd, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8))));
+    _mm256_store_ps(o->sd + 8,
+                    _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                          _mm_srli_si128(s8, 8)))));
+  } else {
+    // Q4_K and Q5_K share d, dmin and scales; Q5_K has qh before qs.
+    constexpr int kQs =
+        kKind == 5 ? offsetof(BlockQ5K, qs) : offsetof(BlockQ4K, qs);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load256(p + kQs + 32 * c);
+      __m256i lo = Bits(q, 0, 0x0f), hi = Bits(q, 4, 0x0f);
+      if constexpr (kKind == 5) {
+        // The fifth bit of element 32g + l is bit g of qh[l].
+        const __m256i qh = Load256(p + offsetof(BlockQ5K, qh));
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(Bits(qh, 2 * c, 0x01), 4));
+        hi = _mm256_or_si256(hi,
+                             _mm256_slli_epi16(Bits(qh, 2 * c + 1, 0x01), 4));
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o->u + 64 * c), lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o->u + 64 * c + 32), hi);
+    }
+    const __m128 d =
+        Halves(p + offsetof(BlockQ4K, d), p + offsetof(BlockQ4K, dmin));
+    const __m128i sm = ScaleMinBytes(p + offsetof(BlockQ4K, scales));
+    _mm256_store_ps(
+        o->sd, _mm256_mul_ps(_mm256_broadcastss_ps(d),
+                             _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm))));
+    _mm256_store_ps(
+        o->md, _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(d)),
+                             _mm256_cvtepi32_ps(
+                                 _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)))));
+  }
+}
+
+// kWR weight rows w[r] (nb blocks each) against one packed tile:
+// out[r * kLanes + t]. Each 32-byte group of activations is loaded once for
+// the kWR rows; each group of 4 weight quants is one broadcast load.
+template <int kKind, int kWR>
+void LaneRows(const uint8_t* const* w, int64_t nb, const int32_t* tile,
+              float* out) {
+  constexpr bool kIsQ6 = kKind == 6;
+  constexpr int kBlockBytes = kKind == 6   ? sizeof(BlockQ6K)
+                              : kKind == 5 ? sizeof(BlockQ5K)
+                                           : sizeof(BlockQ4K);
+  // Groups sharing one scale, and their 4-element steps.
+  constexpr int kGroups = kIsQ6 ? 16 : 8, kSteps = 64 / kGroups;
+  __m256 acc[kWR];
+#pragma GCC unroll 4
+  for (int r = 0; r < kWR; ++r) acc[r] = _mm256_setzero_ps();
+  // Q6_K: block ib + 1 is decoded while block ib is used, so that the
+  // broadcasts read stores that have left the store queue (measured
+  // faster for Q6_K, slower for Q4_K).
+  constexpr bool kAhead = kIsQ6;
+  LaneBlock buf[kAhead ? 2 : 1][kWR];
+  if constexpr (kAhead) {
+#pragma GCC unroll 4
+    for (int r = 0; r < kWR; ++r) DecodeLane<kKind>(w[r], &buf[0][r]);
+  }
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    if (!kAhead || ib + 1 < nb) {
+      const int64_t next = kAhead ? ib + 1 : ib;
+#pragma GCC unroll 4
+      for (int r = 0; r < kWR; ++r) {
+        // Prefetch (kWR streams are more than the hardware prefetchers
+        // keep ahead of): measured faster for Q6_K, and for Q4_K/Q5_K at
+        // 2 rows per pass, slower for them at 4.
+        if constexpr (kIsQ6 || kLaneWeightRows <= 2) {
+          for (int off = 0; off < kBlockBytes; off += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(w[r]) +
+                             (next + 8) * kBlockBytes + off,
+                         _MM_HINT_T0);
+          }
+        }
+        DecodeLane<kKind>(w[r] + next * kBlockBytes,
+                          &buf[kAhead ? next & 1 : 0][r]);
+      }
+    }
+    // Broadcast the quants from memory (a load each) rather than let the
+    // compiler extract them from registers (two shuffles each).
+    asm volatile("" ::: "memory");
+    const LaneBlock* lb = buf[kAhead ? ib & 1 : 0];
+    const int32_t* q = tile + ib * LaneTileLayout::kBlockWords;
+    const float* xd = reinterpret_cast<const float*>(q + LaneTileLayout::kQ);
+    const int32_t* xb = q + LaneTileLayout::kQ + LaneTileLayout::kD;
+    __m256 part[kWR];
+#pragma GCC unroll 4
+    for (int r = 0; r < kWR; ++r) part[r] = _mm256_setzero_ps();
+#pragma GCC unroll 1
+    for (int g = 0; g < kGroups; ++g) {
+      __m256i xq[kSteps];
+#pragma GCC unroll 8
+      for (int e = 0; e < kSteps; ++e) {
+        xq[e] = LoadLane(q + (kSteps * g + e) * kLanes);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < kWR; ++r) {
+        const uint8_t* u = lb[r].u + 4 * kSteps * g;
+        __m256i dot =
+            kIsQ6 ? LoadLane(xb + g * kLanes) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int e = 0; e < kSteps; ++e) {
+          dot = Dot8(dot, Bcast32(u + 4 * e), xq[e]);
+        }
+        part[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                  _mm256_broadcast_ss(lb[r].sd + g), part[r]);
+        if constexpr (!kIsQ6) {
+          part[r] = _mm256_fnmadd_ps(
+              _mm256_load_ps(reinterpret_cast<const float*>(xb + g * kLanes)),
+              _mm256_broadcast_ss(lb[r].md + g), part[r]);
+        }
+      }
+    }
+    const __m256 d = _mm256_load_ps(xd);
+#pragma GCC unroll 4
+    for (int r = 0; r < kWR; ++r) acc[r] = _mm256_fmadd_ps(part[r], d, acc[r]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < kWR; ++r) _mm256_storeu_ps(out + r * kLanes, acc[r]);
+}
+
+template <int kKind>
+void LaneGemv(const GemvArgs& a) {
+  const int64_t nb = a.k / kQK;
+  const int tiles = (a.m + kLanes - 1) / kLanes;
+  const int64_t tile_words = nb * LaneTileLayout::kBlockWords;
+  thread_local std::vector<int32_t> packed;
+  packed.resize(tiles * tile_words + 8);
+  // 32-byte aligned base.
+  int32_t* base = packed.data();
+  base += (8 - (reinterpret_cast<uintptr_t>(base) / 4) % 8) % 8;
+  for (int tt = 0; tt < tiles; ++tt) {
+    const int r0 = tt * kLanes;
+    PackLaneTile<kKind>(a, r0, std::min(kLanes, a.m - r0), nb,
+                        base + tt * tile_words);
+  }
+  const uint8_t* w = static_cast<const uint8_t*>(a.w);
+  for (int64_t i = a.row_begin; i < a.row_end;) {
+    const int wr =
+        static_cast<int>(std::min<int64_t>(kLaneWeightRows, a.row_end - i));
+    const uint8_t* rows[kLaneWeightRows];
+    for (int r = 0; r < wr; ++r) rows[r] = w + (i + r) * a.w_row_bytes;
+    for (int tt = 0; tt < tiles; ++tt) {
+      const int r0 = tt * kLanes;
+      const int m = std::min(kLanes, a.m - r0);
+      float out[kLaneWeightRows * kLanes];
+      const int32_t* tile = base + tt * tile_words;
+      if (wr == kLaneWeightRows) {
+        LaneRows<kKind, kLaneWeightRows>(rows, nb, tile, out);
+      } else if (kLaneWeightRows > 2 && wr >= 2) {
+        LaneRows<kKind, 2>(rows, nb, tile, out);
+      } else {
+        LaneRows<kKind, 1>(rows, nb, tile, out);
+      }
+      const int done = wr == kLaneWeightRows ? wr : wr >= 2 ? 2 : 1;
+      for (int r = 0; r < done; ++r) {
+        for (int t = 0; t < m; ++t) {
+          a.y[(r0 + t) * a.ldy + i + r] = out[r * kLanes + t];
+        }
+      }
+      if (tt == tiles - 1) i += done;
+    }
+  }
+}
+
 // Rows outer, activations inner in tiles of up to 8: a weight row is
 // read from memory once, and from L1 for the later tiles.
 template <void (*kDecode)(const uint8_t*, Decoded*), int kBlockBytes>
 void Gemv(const GemvArgs& a) {
+  if constexpr (kBlockBytes == sizeof(BlockQ4K) ||
+                kBlockBytes == sizeof(BlockQ5K) ||
+                kBlockBytes == sizeof(BlockQ6K)) {
+    // Q6_K rows of fewer than 8 blocks measured faster in RowTile (k =
+    // 1024: 164 vs 210 us for 2816 rows at m = 8).
+    if (a.m >= a.lane_min_rows &&
+        (kBlockBytes != sizeof(BlockQ6K) || a.k >= 8 * kQK)) {
+      LaneGemv<kBlockBytes == sizeof(BlockQ6K)   ? 6
+               : kBlockBytes == sizeof(BlockQ5K) ? 5
+                                                 : 4>(a);
+      return;
+    }
+  }
   for (int64_t i = a.row_begin; i < a.row_end; ++i) {
     for (int r = 0; r < a.m;) {
       const int left = a.m - r;

@@ -51,6 +51,13 @@ inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
                              s));
 }
 
+// acc + Σ of 4 adjacent u8 × s8 per int32 lane (pairs stay in int16: u8
+// operands here are at most 63).
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+
 #include "core/quant/quant_kquants_simd.h"
 
 }  // namespace avx2
@@ -70,6 +77,10 @@ inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
                                  _mm256_sub_epi16(_mm256_maddubs_epi16(u, q),
                                                   _mm256_maddubs_epi16(off, q)),
                                  s);
+}
+
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
 }
 
 #include "core/quant/quant_kquants_simd.h"
@@ -94,6 +105,13 @@ inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
                              s));
 }
 
+// acc + Σ of 4 adjacent u8 × s8 per int32 lane (pairs stay in int16: u8
+// operands here are at most 63).
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+
 #include "core/quant/quant_kquants_simd.h"
 
 }  // namespace avx512
@@ -114,6 +132,10 @@ inline VI DotAccOff(VI acc, VI u, VI q, VI s, VI off) {
                              _mm512_sub_epi16(_mm512_maddubs_epi16(u, q),
                                               _mm512_maddubs_epi16(off, q)),
                              s);
+}
+
+inline __m256i Dot8(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_dpbusd_epi32(acc, u, s);
 }
 
 #include "core/quant/quant_kquants_simd.h"

@@ -19,11 +19,12 @@
 //   kLaneWeightRows   weight rows per pass of the lane kernels (2 or 4)
 //
 // The block types compute ggml's float order, the same bits at every level
-// (see "ggml's float order" below). For m >= kLaneMinRows, q4_0 in its
-// sequential order uses the lane kernels (LaneGemv: activation rows in the
-// lanes of 256-bit dots, weight quants broadcast); the other types' order
-// (8 f32 lanes per output) does not fit them, so they run DotRows at every
-// m (m = 8 about 2x the lane kernels' time: prompts and batches pay it).
+// (see "ggml's float order" below). The lane kernels (LaneGemv: activation
+// rows in the lanes of 256-bit dots, weight quants broadcast) compute one
+// f32 chain per output: q4_0's sequential order, used from kLaneMinRows
+// rows; for q8_0, q5_0, iq4_nl and q4_0's lanes order not ggml's, so they
+// take over only from GemvArgs::lane_min_rows rows (prompts and batches:
+// DotRows there takes 2-2.6x their time).
 //
 // Each weight row is read once per call: the kernels walk weight rows
 // outermost and reuse each decoded block for up to kMaxTile activation rows
@@ -547,11 +548,11 @@ constexpr int kLanes = 8, kLaneMinRows = 4, kChunk = 8;
 // [g][t]), d [kLanes] (f32 x.d), c [kLanes] (int32 −kOffset·Σq).
 constexpr int kLaneQ = 8 * kLanes, kLaneBlockWords = kLaneQ + 2 * kLanes;
 
-// Only q4_0's sequential order is the lanes' (one f32 chain per output);
-// the lane kernels assume an offset type.
+// The offset and sign-trick types (not the min types). Their sums are
+// one f32 chain per output: q4_0's sequential order, and for the others
+// not ggml's (GemvArgs::lane_min_rows).
 template <typename T>
-constexpr bool kLaneType = std::is_same_v<T, Q4_0W>;
-static_assert(!Q4_0W::kSigned && Q4_0W::kOffset != 0);
+constexpr bool kLaneType = !T::kMin && (T::kSigned || T::kOffset != 0);
 
 inline __m256i LaneBcast32(const uint8_t* p) {
   int32_t v;
@@ -603,6 +604,8 @@ void LaneRows(const typename T::WB* const* w, int64_t nb, const int32_t* tile,
 #pragma GCC unroll 4
   for (int r = 0; r < kWR; ++r) acc[r] = _mm256_setzero_ps();
   alignas(32) uint8_t u[kWR][kChunk * kBlockElems];
+  // kSigned: u holds |w| and sw the signed quants (the sign trick).
+  alignas(32) uint8_t sw[T::kSigned ? kWR : 1][kChunk * kBlockElems];
   alignas(32) float dw[kWR][kChunk];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunk) {
     const int n = static_cast<int>(std::min<int64_t>(kChunk, nb - c0));
@@ -612,8 +615,14 @@ void LaneRows(const typename T::WB* const* w, int64_t nb, const int32_t* tile,
         PrefetchAhead(reinterpret_cast<const uint8_t*>(w[r] + c0) + off);
       }
       for (int j = 0; j < n; ++j) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(u[r] + 32 * j),
-                           T::Decode(w[r][c0 + j]));
+        const __m256i q = T::Decode(w[r][c0 + j]);
+        if constexpr (T::kSigned) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(sw[r] + 32 * j), q);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(u[r] + 32 * j),
+                             _mm256_sign_epi8(q, q));
+        } else {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(u[r] + 32 * j), q);
+        }
         dw[r][j] = Half(w[r][c0 + j].d);
       }
     }
@@ -632,7 +641,13 @@ void LaneRows(const typename T::WB* const* w, int64_t nb, const int32_t* tile,
         __m256i dot = LaneLoad(q + kLaneQ + kLanes);
 #pragma GCC unroll 8
         for (int e = 0; e < 8; ++e) {
-          dot = LaneDot8(dot, LaneBcast32(u[r] + 32 * j + 4 * e), xq[e]);
+          if constexpr (T::kSigned) {
+            dot = LaneDot8(
+                dot, LaneBcast32(u[r] + 32 * j + 4 * e),
+                _mm256_sign_epi8(xq[e], LaneBcast32(sw[r] + 32 * j + 4 * e)));
+          } else {
+            dot = LaneDot8(dot, LaneBcast32(u[r] + 32 * j + 4 * e), xq[e]);
+          }
         }
         acc[r] = _mm256_fmadd_ps(
             _mm256_cvtepi32_ps(dot),
@@ -698,7 +713,7 @@ void GemvBlocks(const GemvArgs& a) {
   constexpr bool kQ4_0 = std::is_same_v<T, Q4_0W>;
   const bool sequential = kQ4_0 && a.w_rows > 0 && a.w_rows % 8 == 0;
   if constexpr (kLaneType<T>) {
-    if (sequential && a.m >= kLaneMinRows) {
+    if (a.m >= (sequential ? kLaneMinRows : a.lane_min_rows)) {
       LaneGemv<T>(a);
       return;
     }

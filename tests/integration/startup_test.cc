@@ -210,23 +210,23 @@ TEST(CpuTest, BogusMaxIsaRefusesToStart) {
   EXPECT_FALSE(absl::StrContains(result.err, "listening")) << result.err;
 }
 
-// --attention=llama (llama.cpp's attention to the bit) needs an f32 KV
+// --numerics=llama (llama.cpp's attention to the bit) needs an f32 KV
 // cache; a bf16 one, or a value that is neither auto nor llama, is refused
 // at start naming the flags.
-TEST(AttentionFlagTest, LlamaOrderNeedsAnF32CacheAndBogusValuesAreRefused) {
+TEST(NumericsFlagTest, LlamaNeedsAnF32CacheAndBogusValuesAreRefused) {
   CommandResult bf16 =
       RunTool({Kvserve(), "--threads=1", "--listen=127.0.0.1:0",
-               "--metrics_listen=", "--attention=llama", "--kv_dtype=bf16"});
+               "--metrics_listen=", "--numerics=llama", "--kv_dtype=bf16"});
   EXPECT_TRUE(bf16.status.exited) << bf16.status.ToString();
   EXPECT_NE(bf16.status.code, 0);
-  EXPECT_TRUE(absl::StrContains(bf16.err, "--attention=llama")) << bf16.err;
+  EXPECT_TRUE(absl::StrContains(bf16.err, "--numerics=llama")) << bf16.err;
   EXPECT_TRUE(absl::StrContains(bf16.err, "--kv_dtype=bf16")) << bf16.err;
   EXPECT_FALSE(absl::StrContains(bf16.err, "listening")) << bf16.err;
   CommandResult bogus =
       RunTool({Kvserve(), "--threads=1", "--listen=127.0.0.1:0",
-               "--metrics_listen=", "--attention=exact"});
+               "--metrics_listen=", "--numerics=exact"});
   EXPECT_NE(bogus.status.code, 0);
-  EXPECT_TRUE(absl::StrContains(bogus.err, "--attention=exact")) << bogus.err;
+  EXPECT_TRUE(absl::StrContains(bogus.err, "--numerics=exact")) << bogus.err;
 }
 
 TEST(BuildInfoTest, MetricHasVersionCommitAndIsa) {

@@ -1,5 +1,5 @@
 // Every quantized file in ../shared/models/quant served as stored (an f32
-// KV cache as the goldens', llama.cpp's attention: --attention=llama) against
+// KV cache as the goldens', llama.cpp's order: --numerics=llama) against
 // the golden of an independent implementation (llama.cpp c392e50, f32 KV cache)
 // in
 // ../shared/golden/quant, with the rule on every file: greedy
@@ -82,8 +82,8 @@ TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
        .block_tokens = 16,
        .dtype = DType::kF32,
        .capacity_bytes = n_ctx * c.KvBytesPerToken(DType::kF32)});
-  absl::StatusOr<std::unique_ptr<Model>> m = Model::Create(
-      files->weights.get(), pool.get(), {.llama_attention = true});
+  absl::StatusOr<std::unique_ptr<Model>> m =
+      Model::Create(files->weights.get(), pool.get(), {.llama_order = true});
   ASSERT_TRUE(m.ok()) << m.status();
   testing::OurRun ours =
       testing::RunGreedy(**m, pool.get(), ref->prompt, ref->tokens.size());
