@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "core/util/check.h"
-#include "core/util/llama_expf.h"
+#include "core/util/llama_math.h"
 
 namespace kvserve::attention_internal {
 namespace {
@@ -20,11 +20,6 @@ namespace {
 #else
 #define KVSERVE_LANE_CLONES
 #endif
-
-// hsum_float_8's order.
-float Hsum8(const float* a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
 
 // ggml_vec_dot_f32's reduction of its 4 × 8 lanes (lane t of vector j at
 // a[8 * j + t]).
@@ -123,7 +118,7 @@ KVSERVE_LANE_CLONES void Rows(const LlamaOrderArgs& a, const float* q,
         const int64_t p = c * 8 + t;
         v[t] = p >= a.start && p < a.n_ctx ? wh[p - a.start] : 0.0f;
       }
-      z += static_cast<double>(Hsum8(v));
+      z += static_cast<double>(HsumFloat8(v));
     }
     const float inv = static_cast<float>(1.0 / z);
     for (int64_t j = 0; j < n; ++j) wh[j] *= inv;
@@ -143,7 +138,7 @@ KVSERVE_LANE_CLONES void Rows(const LlamaOrderArgs& a, const float* q,
     for (int d = 0; d < hd; ++d) {
       float col[32];
       for (int l = 0; l < lanes; ++l) col[l] = ah[int64_t{l} * hd + d];
-      o[d] = a.prompt ? Hsum8(col) : Reduce32(col);
+      o[d] = a.prompt ? HsumFloat8(col) : Reduce32(col);
     }
   }
 }

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
-#include "core/util/llama_expf.h"
+#include "core/util/llama_math.h"
 #include "core/util/status_macros.h"
 #include "dnnl.hpp"
 

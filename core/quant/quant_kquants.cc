@@ -13,6 +13,7 @@
 
 #include "core/quant/quant_internal.h"
 #include "core/util/fp16.h"
+#include "core/util/llama_math.h"
 
 namespace kvserve::quant::internal {
 namespace kquants {
@@ -703,10 +704,6 @@ struct Sums {
   float summs = 0.0f;
 };
 
-float Hsum8(const float a[8]) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
 template <int kKind>
 void AddBlock(const Decoded& dec, const BlockQ8K& xb, Sums* s) {
   constexpr int kOff = kKind == 3 ? 4 : kKind == 6 ? 32 : 0;
@@ -746,7 +743,7 @@ void AddBlock(const Decoded& dec, const BlockQ8K& xb, Sums* s) {
 
 template <int kKind>
 float Total(const Sums& s) {
-  float y = Hsum8(s.acc);
+  float y = HsumFloat8(s.acc);
   if constexpr (kKind == 4) {
     y += (s.acc_m[0] + s.acc_m[2]) + (s.acc_m[1] + s.acc_m[3]);
   } else if constexpr (kKind == 5) {

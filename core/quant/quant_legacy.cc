@@ -15,6 +15,7 @@
 #include "core/quant/quant_internal.h"
 #include "core/util/bf16.h"
 #include "core/util/fp16.h"
+#include "core/util/llama_math.h"
 
 namespace kvserve::quant::internal {
 namespace {
@@ -377,11 +378,6 @@ template <typename WBlock>
 constexpr bool kHasMin =
     std::is_same_v<WBlock, BlockQ4_1> || std::is_same_v<WBlock, BlockQ5_1>;
 
-// hsum_float_8's order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
-float Hsum8(const float a[8]) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
 // One weight row against one activation row in ggml's order, as the SIMD
 // kernels compute it (quant_legacy_simd.h): `sequential` (q4_0 in
 // matrices of a multiple of 8 rows) or lanes, `pairs` the two-accumulator
@@ -409,7 +405,7 @@ float DotRow(const WBlock* w, const XBlock* x, int64_t nb, bool sequential,
       } else {
         float total[8];
         for (int j = 0; j < 8; ++j) total[j] = acc[0][j] + acc[1][j];
-        y = std::fma(s, static_cast<float>(sum), Hsum8(total));
+        y = std::fma(s, static_cast<float>(sum), HsumFloat8(total));
       }
       continue;
     }
@@ -421,7 +417,7 @@ float DotRow(const WBlock* w, const XBlock* x, int64_t nb, bool sequential,
   if (!sequential && !(pairs && paired < nb)) {
     float total[8];
     for (int j = 0; j < 8; ++j) total[j] = acc[0][j] + acc[1][j];
-    y = Hsum8(total);
+    y = HsumFloat8(total);
   }
   return kHasMin<WBlock> ? y + mins : y;
 }

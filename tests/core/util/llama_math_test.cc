@@ -2,7 +2,7 @@
 // cache and the SwiGLU use to compute llama.cpp's values to the bit)
 // against e^x in double: within 2 ulp over the range the softmax feeds it
 // (x <= 0) and beyond, and its special values.
-#include "core/util/llama_expf.h"
+#include "core/util/llama_math.h"
 
 #include <cmath>
 #include <limits>

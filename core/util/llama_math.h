@@ -1,9 +1,7 @@
-// ggml_v_expf's approximation of e^x (llama.cpp's CPU backend: its
-// softmax and SiLU on whole vectors of 8 or 16 floats), lane for lane, so
-// that attention over an f32 cache and the SwiGLU compute llama.cpp's
-// values to the bit. Within 1.5 ulp of e^x; 0 for x = -inf.
-#ifndef KVSERVE_CORE_UTIL_LLAMA_EXPF_H_
-#define KVSERVE_CORE_UTIL_LLAMA_EXPF_H_
+// Pieces of llama.cpp's CPU arithmetic that computing its values to the bit
+// needs in several places (the quantized kernels, attention, SwiGLU).
+#ifndef KVSERVE_CORE_UTIL_LLAMA_MATH_H_
+#define KVSERVE_CORE_UTIL_LLAMA_MATH_H_
 
 #include <bit>
 #include <cmath>
@@ -11,6 +9,14 @@
 
 namespace kvserve {
 
+// ggml's hsum_float_8: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+inline float HsumFloat8(const float* a) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// ggml_v_expf's approximation of e^x (its softmax and SiLU on whole
+// vectors of 8 or 16 floats), lane for lane. Within 1.5 ulp of e^x; 0 for
+// x = -inf.
 inline float LlamaExpf(float x) {
   // e^x = 2^n · e^b: n = round(x·log2 e) (by the 1.5·2^23 shift), b = x −
   // n·ln 2 in two parts, e^b − 1 by a degree-5 polynomial; the scale 2^n
@@ -37,4 +43,4 @@ inline float LlamaExpf(float x) {
 
 }  // namespace kvserve
 
-#endif  // KVSERVE_CORE_UTIL_LLAMA_EXPF_H_
+#endif  // KVSERVE_CORE_UTIL_LLAMA_MATH_H_
