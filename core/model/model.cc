@@ -49,12 +49,26 @@ void AddInPlace(const float* y, int64_t n, float* x) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-// SiLU(g)·u as ggml computes it (ggml_silu then ggml_mul): its vector exp
-// on the elements in whole 8-float vectors of a row (`lane`), libm's expf
-// on the rest.
-inline float SwiGlu(float g, float u, bool lane) {
-  const float e = lane ? LlamaExpf(0.0f - g) : std::exp(-g);
-  return g / (1.0f + e) * u;
+// hidden[i] = SiLU(g)·u for the elements [begin, end) of rows of `hidden`
+// elements (gate_up: each row's gate then up), as ggml computes it
+// (ggml_silu then ggml_mul): its vector exp on the elements in whole
+// 8-float vectors of a row, libm's expf on the rest. Cloned for FMA CPUs
+// (LlamaExpf's fmas are libm calls in the baseline clone).
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void SwiGlu(
+    const float* gate_up, int64_t hidden, int64_t begin, int64_t end,
+    float* out) {
+  const int64_t lanes = hidden - hidden % 8;
+  for (int64_t i = begin; i < end;) {
+    const int64_t row = i / hidden, row_end = std::min(end, (row + 1) * hidden);
+    const float* gate = gate_up + row * 2 * hidden;
+    const float* up = gate + hidden;
+    for (; i < row_end; ++i) {
+      const int64_t j = i % hidden;
+      const float g = gate[j];
+      const float e = j < lanes ? LlamaExpf(0.0f - g) : std::exp(-g);
+      out[i] = g / (1.0f + e) * up[j];
+    }
+  }
 }
 
 // RoPE as ggml's CPU backend computes it, so that q and k are llama.cpp's
@@ -350,13 +364,8 @@ absl::StatusOr<absl::Span<const float>> Model::ForwardSteps(
         ll.w_gate_up->Forward(xb_.data(), m, gate_up_.data()));
 #pragma omp parallel for if (m > 8)
     for (int64_t r = 0; r < m; ++r) {
-      const float* gate = &gate_up_[r * 2 * hidden];
-      const float* up = gate + hidden;
-      float* out = &hidden_[r * hidden];
-      const int lanes = hidden - hidden % 8;
-      for (int i = 0; i < hidden; ++i) {
-        out[i] = SwiGlu(gate[i], up[i], i < lanes);
-      }
+      SwiGlu(gate_up_.data(), hidden, r * hidden, (r + 1) * hidden,
+             hidden_.data());
     }
     KVSERVE_RETURN_IF_ERROR(ll.w_down->Forward(hidden_.data(), m, xb_.data()));
     AddInPlace(xb_.data(), m * dim, x_.data());
@@ -449,12 +458,7 @@ void Model::DecodeInTeam(absl::Span<const SeqChunk> chunks, int64_t m) {
       team.Sync();
       int64_t begin = 0, end = 0;
       team.Share(m * hidden, 16, &begin, &end);
-      const int lanes = hidden - hidden % 8;
-      for (int64_t i = begin; i < end; ++i) {
-        const float* gate = &gate_up_[(i / hidden) * 2 * hidden];
-        const float g = gate[i % hidden], u = gate[hidden + i % hidden];
-        hidden_[i] = SwiGlu(g, u, i % hidden < lanes);
-      }
+      SwiGlu(gate_up_.data(), hidden, begin, end, hidden_.data());
       team.Sync();
       ll.w_down->ForwardInTeam(hidden_.data(), m, xb_.data(), team);
       team.Sync();
