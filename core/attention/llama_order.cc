@@ -6,20 +6,11 @@
 #include <cstdint>
 
 #include "core/util/check.h"
+#include "core/util/fma_clones.h"
 #include "core/util/llama_math.h"
 
 namespace kvserve::attention_internal {
 namespace {
-
-// The lane loops below vectorize; GCC builds them twice (AVX2 + FMA, and
-// baseline x86-64, where std::fma is libm's: the same bits, slower) and
-// picks one at load time.
-#if defined(__GNUC__) && !defined(__clang__)
-#define KVSERVE_LANE_CLONES \
-  __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define KVSERVE_LANE_CLONES
-#endif
 
 // ggml_vec_dot_f32's reduction of its 4 × 8 lanes (lane t of vector j at
 // a[8 * j + t]).
@@ -72,8 +63,8 @@ inline void Expf8(const float* x, float* y) {
 // The group's rows: K and V are read once for its kv_mul heads (scores of
 // every head per K row, every head's weighted sum per V row), block by
 // block.
-KVSERVE_LANE_CLONES void Rows(const LlamaOrderArgs& a, const float* q,
-                              float* out, float* w, float* acc) {
+KVSERVE_FMA_CLONES void Rows(const LlamaOrderArgs& a, const float* q,
+                             float* out, float* w, float* acc) {
   const BlockPoolOptions& po = a.pool->options();
   const int hd = po.head_dim, bt = po.block_tokens, heads = a.kv_mul;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
+#include "core/util/fma_clones.h"
 #include "core/util/llama_math.h"
 #include "core/util/status_macros.h"
 #include "dnnl.hpp"
@@ -54,9 +55,8 @@ void AddInPlace(const float* y, int64_t n, float* x) {
 // (ggml_silu then ggml_mul): its vector exp on the elements in whole
 // 8-float vectors of a row, libm's expf on the rest. Cloned for FMA CPUs
 // (LlamaExpf's fmas are libm calls in the baseline clone).
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void SwiGlu(
-    const float* gate_up, int64_t hidden, int64_t begin, int64_t end,
-    float* out) {
+KVSERVE_FMA_CLONES void SwiGlu(const float* gate_up, int64_t hidden,
+                               int64_t begin, int64_t end, float* out) {
   const int64_t lanes = hidden - hidden % 8;
   for (int64_t i = begin; i < end;) {
     const int64_t row = i / hidden, row_end = std::min(end, (row + 1) * hidden);
@@ -89,9 +89,9 @@ void RopeAngles(float pos, float theta_scale, const std::vector<float>& ff,
 
 // Pair i is (2i, 2i + 1), or (i, i + half) for split halves. Cloned for FMA
 // CPUs (the default clone calls libm's fma: the same bits, slower).
-__attribute__((target_clones("fma", "default"))) void RotateHeads(
-    float* x, int n_heads, int head_dim, int half, bool halves,
-    const float* cos_sin) {
+KVSERVE_FMA_CLONES void RotateHeads(float* x, int n_heads, int head_dim,
+                                    int half, bool halves,
+                                    const float* cos_sin) {
   const int stride = halves ? 1 : 2, other = halves ? half : 1;
   for (int h = 0; h < n_heads; ++h) {
     float* head = x + h * head_dim;
