@@ -23,7 +23,8 @@ float Reduce32(const float* a) {
   return (h[0] + h[1]) + (h[2] + h[3]);
 }
 
-// ggml_vec_dot_f32's sum of x[i]·y[i] (see LlamaDotF32).
+// ggml_vec_dot_f32's Σ x[i]·y[i]: 4 × 8 f32 lanes over each 32 elements,
+// reduced lane-wise then across, the last n % 32 fma'd after.
 inline float DotF32(const float* x, const float* y, int n) {
   float acc[32] = {};
   const int np = n & ~31;
@@ -135,10 +136,6 @@ KVSERVE_FMA_CLONES void Rows(const LlamaOrderArgs& a, const float* q,
 }
 
 }  // namespace
-
-float LlamaDotF32(const float* x, const float* y, int n) {
-  return DotF32(x, y, n);
-}
 
 void LlamaOrderRows(const LlamaOrderArgs& a, const float* q, float* out,
                     std::vector<float>* scratch) {

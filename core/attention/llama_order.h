@@ -30,10 +30,6 @@
 
 namespace kvserve::attention_internal {
 
-// ggml_vec_dot_f32's Σ x[i]·y[i]: 4 × 8 f32 lanes over each 32 elements,
-// reduced lane-wise then across, the last n % 32 fma'd after.
-float LlamaDotF32(const float* x, const float* y, int n);
-
 struct LlamaOrderArgs {
   const BlockPool* pool = nullptr;
   int layer = 0;
