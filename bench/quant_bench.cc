@@ -161,33 +161,45 @@ int Main(int argc, char** argv) {
         act->quantize(row.data(), &x[r * x_row_bytes], k);
       }
     }
-    const quant::GemvFn gemv = quant::SelectGemv(t, cpu);
-    const std::string kernel(quant::GemvName(t, cpu));
     std::vector<float> y(kMaxM * rows);
     std::vector<Case> cases;
-    for (const int m : {1, kMaxM}) {
-      auto call = [&](int64_t iter) {
-        const uint8_t* wc = &w[(iter % copies) * matrix_bytes];
+    // q4_0 also as BlockLinear keeps it: repacked 8 rows interleaved.
+    const bool x8 = t == Type::kQ4_0 && rows % 8 == 0;
+    std::vector<uint8_t> w8(x8 ? w.size() : 0);
+    for (int64_t c = 0; x8 && c < copies; ++c) {
+      quant::RepackQ4_0x8(&w[c * matrix_bytes], rows, k, &w8[c * matrix_bytes]);
+    }
+    for (const bool repacked : {false, true}) {
+      if (repacked && !x8) continue;
+      const quant::GemvFn gemv =
+          repacked ? quant::SelectGemvQ4_0x8(cpu) : quant::SelectGemv(t, cpu);
+      const std::string kernel(repacked ? quant::GemvNameQ4_0x8(cpu)
+                                        : quant::GemvName(t, cpu));
+      const std::vector<uint8_t>& wm = repacked ? w8 : w;
+      for (const int m : {1, kMaxM}) {
+        auto call = [&](int64_t iter) {
+          const uint8_t* wc = &wm[(iter % copies) * matrix_bytes];
 #pragma omp parallel
-        {
-          quant::GemvArgs a;
-          ThreadRows(rows, omp_get_thread_num(), omp_get_num_threads(),
-                     &a.row_begin, &a.row_end);
-          a.k = k;
-          a.w = wc;
-          a.w_row_bytes = row_bytes;
-          a.x = x.data();
-          a.x_row_bytes = x_row_bytes;
-          a.m = m;
-          a.y = y.data();
-          a.ldy = rows;
-          a.w_rows = rows;  // as BlockLinear passes it (q4_0's order)
-          if (a.row_end > a.row_begin) gemv(a);
-        }
-      };
-      Case c{t, "gemv m=" + std::to_string(m), kernel};
-      Measure(call, copies, matrix_bytes, rounds, probe, c);
-      cases.push_back(c);
+          {
+            quant::GemvArgs a;
+            ThreadRows(rows, omp_get_thread_num(), omp_get_num_threads(),
+                       &a.row_begin, &a.row_end);
+            a.k = k;
+            a.w = wc;
+            a.w_row_bytes = row_bytes;
+            a.x = x.data();
+            a.x_row_bytes = x_row_bytes;
+            a.m = m;
+            a.y = y.data();
+            a.ldy = rows;
+            a.w_rows = rows;  // as BlockLinear passes it (q4_0's order)
+            if (a.row_end > a.row_begin) gemv(a);
+          }
+        };
+        Case c{t, "gemv m=" + std::to_string(m), kernel};
+        Measure(call, copies, matrix_bytes, rounds, probe, c);
+        cases.push_back(c);
+      }
     }
     {
       std::vector<float> out(static_cast<size_t>(nt) * k);

@@ -87,6 +87,10 @@ class BlockLinear final : public Linear {
     const quant::TypeInfo* info = nullptr;
     quant::GemvFn gemv = nullptr;
     int act = 0;  // index into acts_
+    // q4_0 of a multiple of 8 rows: w.data is a copy repacked 8 rows
+    // interleaved (quant::RepackQ4_0x8), which `repacked` owns.
+    bool x8 = false;
+    std::shared_ptr<void> repacked;
   };
   struct Act {
     quant::Type type;
@@ -194,11 +198,11 @@ class BlockLinear final : public Linear {
   }
 
   // This member's rows of every stacked matrix: an even split of all n
-  // rows, in multiples of 4; the activations in chunks of kGemvChunkRows.
+  // rows, in multiples of 8; the activations in chunks of kGemvChunkRows.
   void Products(int64_t m, float* y, const void* const* acts,
                 const Team& team) const {
     int64_t lo = 0, hi = 0;
-    team.Share(n_, 4, &lo, &hi);
+    team.Share(n_, 8, &lo, &hi);  // whole q4_0x8 groups
     for (int64_t r0 = 0; r0 < m;) {
       // No 1-row chunk of a longer call: ggml sums iq4_nl's one-row
       // products in another order (quant_legacy_simd.h).
@@ -276,7 +280,11 @@ class BlockLinear final : public Linear {
         float* panel = panel_buffer.data();
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < nc; ++r) {
-          p.info->dequantize(p.w.row(c0 + r), panel + r * k_, k_);
+          if (p.x8) {
+            quant::DequantizeQ4_0x8Row(p.w.data, k_, c0 + r, panel + r * k_);
+          } else {
+            p.info->dequantize(p.w.row(c0 + r), panel + r * k_, k_);
+          }
         }
         dnnl::matmul& mm = Sgemm(rows, nc);
         const dnnl::memory::desc src({rows, k_}, dt::f32, {k_, 1});
@@ -328,6 +336,20 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
           w.rows, w.cols, static_cast<int>(w.type)));
     }
     p.gemv = quant::SelectGemv(w.type, Cpu());
+    if (w.type == quant::Type::kQ4_0 && w.rows % 8 == 0) {
+      p.repacked = WeightBuffer(w.bytes());
+      if (p.repacked == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "Linear: no memory for a repacked copy of a [%d x %d] q4_0 "
+            "matrix (%d bytes)",
+            w.rows, w.cols, w.bytes()));
+      }
+      quant::RepackQ4_0x8(w.data, w.rows, w.cols, p.repacked.get());
+      ReleasePages(w.data, w.bytes());
+      p.w.data = p.repacked.get();
+      p.x8 = true;
+      p.gemv = quant::SelectGemvQ4_0x8(Cpu());
+    }
     // F16 and BF16 weights multiply x rounded to their own type, as ggml's
     // CPU backend computes them (and oneDNN's bf16 matmul, DnnlLinear).
     const quant::Type act = p.info->act_type;

@@ -1,7 +1,5 @@
 // The oneDNN implementation of Linear (f32, or bf16 where oneDNN has bf16
 // matmuls).
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -35,21 +33,17 @@ dnnl::matmul::primitive_desc MatmulDesc(int64_t m, int64_t k, int64_t n,
                                       DnnlEngine());
 }
 
-// Memory for weights in `layout`: matrices of 2 MiB or more on transparent
-// huge pages where the kernel allows (2 MiB-aligned, MADV_HUGEPAGE), which
-// streams them ~7% faster at m = 1 (fewer TLB misses); smaller ones from
-// oneDNN. `owned` keeps the buffer alive.
+// Memory for weights in `layout` (linear_internal::WeightBuffer for 2 MiB
+// or more, oneDNN's own below); `owned` keeps the buffer alive.
 dnnl::memory WeightMemory(const dnnl::memory::desc& layout,
                           std::shared_ptr<void>* owned) {
-  constexpr size_t kHugePage = size_t{2} << 20;
   const size_t bytes = layout.get_size();
-  void* p = nullptr;
-  if (bytes < kHugePage || posix_memalign(&p, kHugePage, bytes) != 0) {
+  if (bytes < linear_internal::kHugePageBytes) {
     return dnnl::memory(layout, DnnlEngine());
   }
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice: failure leaves small pages
-  owned->reset(p, std::free);
-  return dnnl::memory(layout, DnnlEngine(), p);
+  *owned = linear_internal::WeightBuffer(bytes);
+  if (*owned == nullptr) return dnnl::memory(layout, DnnlEngine());
+  return dnnl::memory(layout, DnnlEngine(), owned->get());
 }
 
 dnnl::memory Reordered(dnnl::memory from, const dnnl::memory::desc& layout,
@@ -59,18 +53,6 @@ dnnl::memory Reordered(dnnl::memory from, const dnnl::memory::desc& layout,
   dnnl::reorder(from, to).execute(stream, from, to);
   stream.wait();
   return to;
-}
-
-// Releases the page-cache pages of a file mapping that has been copied
-// (reordered) and will not be read again, so a model costs its packed copy
-// once, not twice. Advice only: anonymous memory without swap stays.
-void ReleasePages(const void* p, int64_t bytes) {
-  const uintptr_t page = 4096;
-  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
-  if (end > begin) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
-  }
 }
 
 // The weights reordered once into oneDNN's preferred layout; a primitive
@@ -146,7 +128,9 @@ void DnnlLinear::Init(absl::Span<const WeightTensor> weights) {
     return;
   }
   weights_ = Reordered(plain_mem, wanted, &weights_buffer_);
-  for (const WeightTensor& w : weights) ReleasePages(w.data, w.bytes());
+  for (const WeightTensor& w : weights) {
+    linear_internal::ReleasePages(w.data, w.bytes());
+  }
 }
 
 DnnlLinear::Cached& DnnlLinear::PrimitiveFor(int64_t rows) {

@@ -1,8 +1,12 @@
 #include "core/dnnl/linear.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "core/dnnl/context.h"
@@ -46,6 +50,27 @@ const float* PaddedInput(const float* x, int64_t m, int64_t rows, int64_t k,
   std::copy(x, x + m * k, buf->begin());
   std::fill(buf->begin() + m * k, buf->begin() + rows * k, 0.0f);
   return buf->data();
+}
+
+std::shared_ptr<void> WeightBuffer(size_t bytes) {
+  const size_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
+  void* p = nullptr;
+  if (posix_memalign(&p, align, std::max<size_t>(bytes, 1)) != 0) {
+    return nullptr;
+  }
+  if (align == kHugePageBytes) {
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice: failure leaves small pages
+  }
+  return std::shared_ptr<void>(p, std::free);
+}
+
+void ReleasePages(const void* p, int64_t bytes) {
+  const uintptr_t page = 4096;
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
+  if (end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+  }
 }
 
 float* PaddedOutput(float* y, int64_t m, int64_t rows, int64_t n,

@@ -28,6 +28,7 @@
 #ifndef KVSERVE_CORE_DNNL_LINEAR_H_
 #define KVSERVE_CORE_DNNL_LINEAR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -114,6 +115,17 @@ const float* PaddedInput(const float* x, int64_t m, int64_t rows, int64_t k,
 // rows == m, else *buf (grown), of which the caller copies m rows to y.
 float* PaddedOutput(float* y, int64_t m, int64_t rows, int64_t n,
                     std::vector<float>* buf);
+
+// Memory for a copy of weights: from kHugePageBytes on 2 MiB-aligned and
+// advised onto transparent huge pages where the kernel allows, which
+// streams them ~7% faster at m = 1 (fewer TLB misses); 64-byte aligned
+// below. nullptr when the allocation fails.
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+std::shared_ptr<void> WeightBuffer(size_t bytes);
+// Releases the page-cache pages of a file mapping that has been copied
+// (reordered, repacked) and will not be read again, so a model costs its
+// copy once, not twice. Advice only: anonymous memory without swap stays.
+void ReleasePages(const void* p, int64_t bytes);
 
 // The two implementations (dnnl_linear.cc, block_linear.cc). Both may
 // return UNIMPLEMENTED; neither throws.

@@ -100,6 +100,24 @@ GemvFn SelectGemv(Type t, const CpuFeatures& cpu);
 // (e.g. "q4_K/avx512_vnni").
 std::string_view GemvName(Type t, const CpuFeatures& cpu);
 
+// q4_0 matrices of a multiple of 8 rows repacked 8 rows interleaved (the
+// layout quant_legacy.h describes; the same bytes, ggml's idea for its
+// AVX2 q4_0 kernels): the decode kernel then reads one contiguous stream
+// and forms 8 rows' block sums in the lanes of one vector, ~2x the row
+// kernels' speed. It computes the bits of the q4_0 kernels on the plain
+// rows (q4_0's sequential order: GemvArgs::w_rows).
+//
+// dst gets src's rows × k q4_0 weights repacked. REQUIRES: rows % 8 == 0,
+// k % 32 == 0, dst holds rows · RowBytes(kQ4_0, k) bytes.
+void RepackQ4_0x8(const void* src, int64_t rows, int64_t k, void* dst);
+// dst[0, k) = row `row` of a repacked matrix w, dequantized.
+void DequantizeQ4_0x8Row(const void* w, int64_t k, int64_t row, float* dst);
+// The kernel for repacked weights: GemvArgs as for q4_0 with w the repacked
+// matrix and w_row_bytes = RowBytes(kQ4_0, k) (row_begin and row_end may
+// be any rows; multiples of 8 waste nothing).
+GemvFn SelectGemvQ4_0x8(const CpuFeatures& cpu);
+std::string_view GemvNameQ4_0x8(const CpuFeatures& cpu);
+
 }  // namespace kvserve::quant
 
 #endif  // KVSERVE_CORE_QUANT_QUANT_H_

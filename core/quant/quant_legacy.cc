@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "core/quant/quant_internal.h"
 #include "core/util/bf16.h"
@@ -441,6 +442,36 @@ void GemvBlocksScalar(const GemvArgs& a) {
   }
 }
 
+// Block b of row r (0..7) of a q4_0x8 group, as a plain q4_0 block.
+BlockQ4_0 X8Block(const uint8_t* group, int64_t b, int r) {
+  const uint8_t* rec = group + b * legacy::kQ4_0x8RecordBytes;
+  BlockQ4_0 out;
+  std::memcpy(&out.d, rec + 2 * r, sizeof(out.d));
+  for (int h = 0; h < 2; ++h) {
+    std::memcpy(out.qs + 8 * h, rec + legacy::Q4_0x8QsOffset(r, h), 8);
+  }
+  return out;
+}
+
+void GemvQ4_0x8Scalar(const GemvArgs& a) {
+  const int64_t nb = a.k / kBlockElems;
+  const uint8_t* x_base = static_cast<const uint8_t*>(a.x);
+  thread_local std::vector<BlockQ4_0> row;
+  row.resize(nb);
+  for (int64_t i = a.row_begin; i < a.row_end; ++i) {
+    const uint8_t* group =
+        static_cast<const uint8_t*>(a.w) + (i / 8) * 8 * a.w_row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      row[b] = X8Block(group, b, static_cast<int>(i % 8));
+    }
+    for (int r = 0; r < a.m; ++r) {
+      const BlockQ8_0* x =
+          reinterpret_cast<const BlockQ8_0*>(x_base + r * a.x_row_bytes);
+      a.y[r * a.ldy + i] = DotRow(row.data(), x, nb, true, false);
+    }
+  }
+}
+
 template <typename T, float (*kLoad)(T)>
 void GemvFloatScalar(const GemvArgs& a) {
   const uint8_t* w_base = static_cast<const uint8_t*>(a.w);
@@ -518,6 +549,7 @@ constexpr legacy::KernelSet kScalarKernels = {
     .q5_1 = GemvBlocksScalar<BlockQ5_1, BlockQ8_1>,
     .q8_0 = GemvBlocksScalar<BlockQ8_0, BlockQ8_0>,
     .iq4_nl = GemvBlocksScalar<BlockIq4Nl, BlockQ8_0>,
+    .q4_0x8 = GemvQ4_0x8Scalar,
 };
 
 enum Level { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni, kNumLevels };
@@ -588,4 +620,67 @@ GemvFn LegacyGemv(Type t, const CpuFeatures& cpu, std::string_view* name) {
   return f;  // nullptr for q8_1, an activation type
 }
 
+legacy::BlockQ4_0 X8BlockOf(const uint8_t* group, int64_t b, int r) {
+  return X8Block(group, b, r);
+}
+
+GemvFn LegacyGemvQ4_0x8(const CpuFeatures& cpu, std::string_view* name) {
+  static const auto* names = [] {
+    auto* n = new std::string[kNumLevels];
+    for (int l = 0; l < kNumLevels; ++l) {
+      n[l] = "q4_0x8/" + std::string(kLevelNames[l]);
+    }
+    return n;
+  }();
+  const Level level = BestLevel(Type::kQ4_0, cpu);
+  *name = names[level];
+  return KernelsOf(level).q4_0x8;
+}
+
 }  // namespace kvserve::quant::internal
+
+namespace kvserve::quant {
+
+void RepackQ4_0x8(const void* src, int64_t rows, int64_t k, void* dst) {
+  const int64_t nb = k / legacy::kBlockElems;
+  const auto* in = static_cast<const legacy::BlockQ4_0*>(src);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t g = 0; g < rows / 8; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* rec = out + (g * nb + b) * legacy::kQ4_0x8RecordBytes;
+      for (int r = 0; r < 8; ++r) {
+        const legacy::BlockQ4_0& w = in[(8 * g + r) * nb + b];
+        std::memcpy(rec + 2 * r, &w.d, sizeof(w.d));
+        for (int h = 0; h < 2; ++h) {
+          std::memcpy(rec + legacy::Q4_0x8QsOffset(r, h), w.qs + 8 * h, 8);
+        }
+      }
+    }
+  }
+}
+
+void DequantizeQ4_0x8Row(const void* w, int64_t k, int64_t row, float* dst) {
+  const int64_t nb = k / legacy::kBlockElems;
+  const uint8_t* group = static_cast<const uint8_t*>(w) +
+                         (row / 8) * nb * legacy::kQ4_0x8RecordBytes;
+  for (int64_t b = 0; b < nb; ++b) {
+    const legacy::BlockQ4_0 block =
+        internal::X8BlockOf(group, b, static_cast<int>(row % 8));
+    Info(Type::kQ4_0)
+        ->dequantize(&block, dst + b * legacy::kBlockElems,
+                     legacy::kBlockElems);
+  }
+}
+
+GemvFn SelectGemvQ4_0x8(const CpuFeatures& cpu) {
+  std::string_view name;
+  return internal::LegacyGemvQ4_0x8(cpu, &name);
+}
+
+std::string_view GemvNameQ4_0x8(const CpuFeatures& cpu) {
+  std::string_view name;
+  internal::LegacyGemvQ4_0x8(cpu, &name);
+  return name;
+}
+
+}  // namespace kvserve::quant

@@ -62,12 +62,29 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 &&
 inline constexpr int8_t kIq4NlValues[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+// q4_0x8 (quant::RepackQ4_0x8): a q4_0 matrix of a multiple of 8 rows with
+// each group of 8 rows (8g .. 8g + 7) interleaved, block by block, into
+// records of the same 144 bytes as its 8 blocks:
+//   d[8]         the 8 rows' scales, row order
+//   qs[4][32]    4 pieces, each 8 bytes of qs from 4 rows: pieces 0 and 1
+//                bytes 0..7, pieces 2 and 3 bytes 8..15; pieces 0 and 2
+//                rows {0, 1, 4, 5}, 1 and 3 rows {2, 3, 6, 7}, in that order
+// so that one load gives 4 rows' quants side by side, and the pair sums of
+// two pieces' int32 lanes (one hadd) come out in row order.
+inline constexpr int kQ4_0x8RecordBytes = 8 * sizeof(BlockQ4_0);
+static_assert(kQ4_0x8RecordBytes == 144);
+// The offset in a record of row r's (0..7) qs bytes [8h, 8h + 8).
+inline constexpr int Q4_0x8QsOffset(int r, int h) {
+  return 16 + 32 * (2 * h + ((r >> 1) & 1)) + 8 * ((r & 1) + 2 * (r >> 2));
+}
+
 // The Gemv kernels of one ISA level, one per weight type. The integer
 // kernels require activation quants in [-127, 127] (what the Q8 quantizers
 // produce): the avx2 sign trick cannot negate -128.
 struct KernelSet {
   GemvFn f32, f16, bf16;
   GemvFn q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl;
+  GemvFn q4_0x8;  // q4_0x8 weights (above), q4_0's sequential order
 };
 // REQUIRES for calling a kernel: cpu.avx2_fma(), plus avx_vnni,
 // avx512() or avx512() && avx512_vnni respectively.

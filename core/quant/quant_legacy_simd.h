@@ -786,6 +786,137 @@ void GemvBlocks(const GemvArgs& a) {
   }
 }
 
+// --- q4_0x8: 8 rows interleaved (quant_legacy.h), sequential order. ---
+//
+// Per record (8 rows × one block) the 4 pieces' low and high nibbles are
+// elements 0..7, 8..15, 16..23 and 24..31 of 4 rows each; the activation's
+// 8 matching quants broadcast to every row, 4 dots per 4 rows leave each
+// row's block sum in two int32 lanes, and one hadd of the two row sets
+// puts the 8 rows' sums in row order: y = fma(Σ, d_w·d_x, y) in 8 lanes,
+// block after block, the order SeqRows8 forms from plain rows.
+
+// Σ over 4 (u, s) pairs of 4 adjacent u8 × s8 per int32 lane (u <= 15 and
+// |s| <= 127 here: the int16 sums of the avx2 form stay below 15240).
+inline __m256i X8Dot4(const __m256i* u, const __m256i* s) {
+  if constexpr (kVnni) {
+    __m256i acc = LaneDot8(_mm256_setzero_si256(), u[0], s[0]);
+    acc = LaneDot8(acc, u[1], s[1]);
+    acc = LaneDot8(acc, u[2], s[2]);
+    return LaneDot8(acc, u[3], s[3]);
+  } else {
+    const __m256i p =
+        _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u[0], s[0]),
+                                          _mm256_maddubs_epi16(u[1], s[1])),
+                         _mm256_add_epi16(_mm256_maddubs_epi16(u[2], s[2]),
+                                          _mm256_maddubs_epi16(u[3], s[3])));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  }
+}
+
+inline __m256i Bcast64(const int8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi64x(v);
+}
+
+// One group's nb records against activation rows x[0, R): out[r][row].
+template <int R>
+void X8Rows(const uint8_t* group, int64_t nb, const BlockQ8_0* const* x,
+            const float* const* xd, const int32_t* const* xc, float (*out)[8]) {
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec = group + b * kQ4_0x8RecordBytes;
+    PrefetchAhead(rec);
+    __m256i q[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      q[j] = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(rec + 16 + 32 * j));
+    }
+    // Rows {0, 1, 4, 5} (pieces 0, 2) and {2, 3, 6, 7} (pieces 1, 3).
+    const __m256i ua[4] = {_mm256_and_si256(q[0], low),
+                           _mm256_and_si256(q[2], low),
+                           _mm256_and_si256(_mm256_srli_epi16(q[0], 4), low),
+                           _mm256_and_si256(_mm256_srli_epi16(q[2], 4), low)};
+    const __m256i ub[4] = {_mm256_and_si256(q[1], low),
+                           _mm256_and_si256(q[3], low),
+                           _mm256_and_si256(_mm256_srli_epi16(q[1], 4), low),
+                           _mm256_and_si256(_mm256_srli_epi16(q[3], 4), low)};
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = x[r][b].qs;
+      const __m256i s[4] = {Bcast64(xq), Bcast64(xq + 8), Bcast64(xq + 16),
+                            Bcast64(xq + 24)};
+      const __m256i sum =
+          _mm256_add_epi32(_mm256_hadd_epi32(X8Dot4(ua, s), X8Dot4(ub, s)),
+                           _mm256_set1_epi32(xc[r][b]));
+      acc[r] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                          _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][b])), acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r], acc[r]);
+}
+
+void GemvQ4_0x8(const GemvArgs& a) {
+  const int64_t nb = a.k / kBlockElems;
+  // Per activation row and block: d as f32 and −8·Σq (q4_0's offset).
+  thread_local std::vector<float> floats;
+  thread_local std::vector<int32_t> ints;
+  floats.resize(a.m * nb);
+  ints.resize(a.m * nb);
+  for (int r = 0; r < a.m; ++r) {
+    const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(
+        static_cast<const uint8_t*>(a.x) + r * a.x_row_bytes);
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int j = 0; j < kBlockElems; ++j) sum += x[b].qs[j];
+      floats[r * nb + b] = Half(x[b].d);
+      ints[r * nb + b] = -8 * sum;
+    }
+  }
+  constexpr int kTile = 4;
+  const int64_t group_bytes = 8 * a.w_row_bytes;
+  for (int64_t g = a.row_begin / 8; 8 * g < a.row_end; ++g) {
+    const uint8_t* group = static_cast<const uint8_t*>(a.w) + g * group_bytes;
+    const int lo = static_cast<int>(std::max<int64_t>(a.row_begin - 8 * g, 0));
+    const int hi = static_cast<int>(std::min<int64_t>(a.row_end - 8 * g, 8));
+    for (int r0 = 0; r0 < a.m;) {
+      const int left = a.m - r0;
+      const int n = left >= kTile ? kTile : left >= 2 ? 2 : 1;
+      const BlockQ8_0* x[kTile];
+      const float* xd[kTile];
+      const int32_t* xc[kTile];
+      for (int r = 0; r < n; ++r) {
+        x[r] = reinterpret_cast<const BlockQ8_0*>(
+            static_cast<const uint8_t*>(a.x) + (r0 + r) * a.x_row_bytes);
+        xd[r] = floats.data() + (r0 + r) * nb;
+        xc[r] = ints.data() + (r0 + r) * nb;
+      }
+      float out[kTile][8];
+      if (n == kTile) {
+        X8Rows<kTile>(group, nb, x, xd, xc, out);
+      } else if (n == 2) {
+        X8Rows<2>(group, nb, x, xd, xc, out);
+      } else {
+        X8Rows<1>(group, nb, x, xd, xc, out);
+      }
+      for (int r = 0; r < n; ++r) {
+        for (int j = lo; j < hi; ++j) {
+          a.y[(r0 + r) * a.ldy + 8 * g + j] = out[r][j];
+        }
+      }
+      r0 += n;
+    }
+  }
+}
+
 // --- Float weights × f32 activations (BlockLinear rounds them through
 // f16/bf16 first for F16/BF16 weights, as ggml does). ---
 
@@ -882,4 +1013,5 @@ constexpr KernelSet kKernels = {
     .q5_1 = GemvBlocks<Q5_1W>,
     .q8_0 = GemvBlocks<Q8_0W>,
     .iq4_nl = GemvBlocks<Iq4NlW>,
+    .q4_0x8 = GemvQ4_0x8,
 };

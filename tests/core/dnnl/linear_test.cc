@@ -275,6 +275,56 @@ INSTANTIATE_TEST_SUITE_P(
 
 // bf16 runs on every CPU: through oneDNN where it has bf16 matmuls, else
 // through our kernels over the bf16 bytes (never widened).
+// q4_0 matrices of a multiple of 8 rows are computed from a repacked copy
+// (8 rows interleaved): here one starts at output 12 of the stack (its
+// groups straddle the threads' row split), beside a q8_0 and a q3_K matrix
+// whose 64-row limit sends 130 rows to the dequantized panels, which read
+// the repacked rows too. The kernels take x quantized to q8_0 / q8_K, the
+// panels x itself; each output is checked against the double-precision
+// product of the weights as stored and x as it was read.
+TEST(LinearQuantizedTest, RepackedQ4_0InAStackAndInPanels) {
+  constexpr int64_t k = 256;
+  QuantMatrix a(quant::Type::kQ8_0, 12, k, 21),
+      b(quant::Type::kQ4_0, 24, k, 22), c(quant::Type::kQ3_K, 8, k, 23);
+  const std::vector<uint8_t> b_bytes = b.bytes;
+  const std::vector<WeightTensor> parts = {a.tensor, b.tensor, c.tensor};
+  MAKE_LINEAR_OR_SKIP(linear, parts);
+  EXPECT_EQ(b.bytes, b_bytes) << "the file's bytes are never written";
+  for (int64_t m : {1, 3, 9, 64, 130}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m);
+    const bool panels = m > 64;
+    const std::vector<float> x = RandomInput(m, k, 700 + m);
+    std::vector<float> y(m * 44, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
+    int bad = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t col = 0;
+      for (const QuantMatrix* w : {&a, &b, &c}) {
+        std::vector<float> xd(x.begin() + r * k, x.begin() + (r + 1) * k);
+        if (!panels) {
+          const quant::Type act = quant::Info(w->tensor.type)->act_type;
+          std::vector<uint8_t> xq(quant::RowBytes(act, k));
+          quant::QuantizeActivation(act, &x[r * k], k, xq.data());
+          quant::Info(act)->dequantize(xq.data(), xd.data(), k);
+        }
+        for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            ref += static_cast<double>(w->values[j * k + i]) * xd[i];
+            mag += std::abs(static_cast<double>(w->values[j * k + i]) * xd[i]);
+          }
+          const double got = y[r * 44 + col];
+          if (!(std::abs(got - ref) <= 1e-6 + 1e-5 * mag) && ++bad <= 5) {
+            ADD_FAILURE() << "y[" << r << "][" << col << "] = " << got
+                          << ", reference " << ref;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 TEST(LinearCreateTest, Bf16RunsOnEveryCpu) {
   Matrix w(DType::kBF16, 64, 128, 9);
   absl::StatusOr<std::unique_ptr<Linear>> l =

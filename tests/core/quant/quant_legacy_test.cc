@@ -920,5 +920,139 @@ INSTANTIATE_TEST_SUITE_P(
              kLevels[std::get<1>(p.param)].name;
     });
 
+// q4_0x8: the layout quant_legacy.h documents, byte for byte, on rows whose
+// every byte names its row, block and position.
+TEST(QuantQ4_0x8, RepackLayoutAndDequantization) {
+  constexpr int64_t kRows = 16, kK = 96, kNb = kK / 32;
+  const int64_t row_bytes = RowBytes(Type::kQ4_0, kK);
+  std::vector<uint8_t> w(kRows * row_bytes);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t b = 0; b < kRows * kNb; ++b) {  // finite scales
+    const uint16_t d = FloatToFp16(0.01f * static_cast<float>(b + 1));
+    std::memcpy(&w[18 * b], &d, 2);
+  }
+  std::vector<uint8_t> packed(w.size());
+  RepackQ4_0x8(w.data(), kRows, kK, packed.data());
+  // Rows of each piece: 0 and 2 {0, 1, 4, 5}, 1 and 3 {2, 3, 6, 7}.
+  constexpr int kPieceRows[2][4] = {{0, 1, 4, 5}, {2, 3, 6, 7}};
+  for (int64_t g = 0; g < kRows / 8; ++g) {
+    for (int64_t b = 0; b < kNb; ++b) {
+      const uint8_t* rec = &packed[(g * kNb + b) * 144];
+      for (int r = 0; r < 8; ++r) {
+        const uint8_t* block = &w[((8 * g + r) * kNb + b) * 18];
+        ASSERT_EQ(std::memcmp(rec + 2 * r, block, 2), 0)
+            << "d of row " << r << " group " << g << " block " << b;
+      }
+      for (int piece = 0; piece < 4; ++piece) {
+        for (int q = 0; q < 4; ++q) {
+          const int r = kPieceRows[piece % 2][q];
+          const uint8_t* block = &w[((8 * g + r) * kNb + b) * 18];
+          ASSERT_EQ(std::memcmp(rec + 16 + 32 * piece + 8 * q,
+                                block + 2 + 8 * (piece / 2), 8),
+                    0)
+              << "piece " << piece << " row " << r << " group " << g
+              << " block " << b;
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < kRows; ++i) {
+    std::vector<float> got(kK), want(kK);
+    DequantizeQ4_0x8Row(packed.data(), kK, i, got.data());
+    Info(Type::kQ4_0)->dequantize(&w[i * row_bytes], want.data(), kK);
+    for (int64_t j = 0; j < kK; ++j) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[j]),
+                std::bit_cast<uint32_t>(want[j]))
+          << "row " << i << " element " << j;
+    }
+  }
+}
+
+// The q4_0x8 kernel of every level computes the bits of q4_0's plain-row
+// kernels in the sequential order (and of the reference above), for every
+// activation-row count and any row range, partial groups included.
+class QuantQ4_0x8GemvTest : public testing::TestWithParam<int> {};
+
+TEST_P(QuantQ4_0x8GemvTest, ComputesThePlainKernelsBits) {
+  const Level& level = kLevels[GetParam()];
+  std::string missing;
+  const CpuFeatures cpu = LevelFeatures(level, &missing);
+  if (!missing.empty()) {
+    GTEST_SKIP() << "this machine lacks " << missing << " for level "
+                 << level.name;
+  }
+  EXPECT_EQ(GemvNameQ4_0x8(cpu), std::string("q4_0x8/") + level.name);
+  const GemvFn x8 = SelectGemvQ4_0x8(cpu);
+  const GemvFn plain = SelectGemv(Type::kQ4_0, CpuFeatures{});
+  std::mt19937 rng(41 + GetParam());
+  std::normal_distribution<float> normal;
+  constexpr int64_t kRows = 24;
+  for (const int64_t k : {32, 96, 32 * 33, 4096}) {
+    const std::vector<uint8_t> w = RandomWeights(Type::kQ4_0, kRows, k, rng);
+    std::vector<uint8_t> packed(w.size());
+    RepackQ4_0x8(w.data(), kRows, k, packed.data());
+    for (const int m : {1, 2, 3, 4, 5, 8, 13}) {
+      std::vector<float> xf(m * k);
+      for (float& v : xf) v = normal(rng);
+      const int64_t x_row_bytes = RowBytes(Type::kQ8_0, k);
+      std::vector<uint8_t> x(m * x_row_bytes);
+      for (int r = 0; r < m; ++r) {
+        quant::QuantizeActivation(Type::kQ8_0, &xf[r * k], k,
+                                  &x[r * x_row_bytes]);
+      }
+      for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, kRows},
+                                       {8, 16},
+                                       {3, 13},
+                                       {5, 6},
+                                       {16, 24}}) {
+        const int64_t ldy = kRows + 1;
+        std::vector<float> got(m * ldy, NAN), want(m * ldy, NAN);
+        GemvArgs a;
+        a.k = k;
+        a.w_row_bytes = RowBytes(Type::kQ4_0, k);
+        a.row_begin = begin;
+        a.row_end = end;
+        a.x = x.data();
+        a.x_row_bytes = x_row_bytes;
+        a.m = m;
+        a.ldy = ldy;
+        a.w_rows = kRows;
+        a.w = packed.data();
+        a.y = got.data();
+        x8(a);
+        a.w = w.data();
+        a.y = want.data();
+        plain(a);
+        for (int r = 0; r < m; ++r) {
+          for (int64_t i = 0; i < ldy; ++i) {
+            const float g = got[r * ldy + i];
+            if (i < begin || i >= end) {
+              ASSERT_TRUE(std::isnan(g)) << "wrote row " << i;
+              continue;
+            }
+            ASSERT_EQ(std::bit_cast<uint32_t>(g),
+                      std::bit_cast<uint32_t>(want[r * ldy + i]))
+                << level.name << " k " << k << " m " << m << " rows [" << begin
+                << ", " << end << ") row " << i << " act row " << r;
+            const float ref = Q4_0Reference(&w[i * a.w_row_bytes],
+                                            &x[r * x_row_bytes], k, true);
+            ASSERT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(ref))
+                << level.name << " k " << k << " m " << m << " row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevels, QuantQ4_0x8GemvTest,
+                         testing::Range(0,
+                                        static_cast<int>(std::size(kLevels))),
+                         [](const testing::TestParamInfo<int>& p) {
+                           return std::string(kLevels[p.param].name);
+                         });
+
 }  // namespace
 }  // namespace kvserve::quant
