@@ -217,6 +217,43 @@ struct QuantMatrix {
   WeightTensor tensor;
 };
 
+// Outputs of y (m rows of the stack `parts` side by side) off the
+// double-precision product of the weights as stored and x as the linear
+// read it: quantized to each type's activation format (the int8 kernels),
+// or as is (`panels`: the dequantized panels' sgemm). Reports the first 5.
+int Mismatches(const std::vector<const QuantMatrix*>& parts,
+               const std::vector<float>& x, int64_t m, int64_t k,
+               const std::vector<float>& y, bool panels) {
+  int64_t n = 0;
+  for (const QuantMatrix* w : parts) n += w->tensor.rows;
+  int bad = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    int64_t col = 0;
+    for (const QuantMatrix* w : parts) {
+      std::vector<float> xd(x.begin() + r * k, x.begin() + (r + 1) * k);
+      if (!panels) {
+        const quant::Type act = quant::Info(w->tensor.type)->act_type;
+        std::vector<uint8_t> xq(quant::RowBytes(act, k));
+        quant::QuantizeActivation(act, &x[r * k], k, xq.data());
+        quant::Info(act)->dequantize(xq.data(), xd.data(), k);
+      }
+      for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          ref += static_cast<double>(w->values[j * k + i]) * xd[i];
+          mag += std::abs(static_cast<double>(w->values[j * k + i]) * xd[i]);
+        }
+        const double got = y[r * n + col];
+        if (!(std::abs(got - ref) <= 1e-6 + 1e-5 * mag) && ++bad <= 5) {
+          ADD_FAILURE() << "y[" << r << "][" << col << "] = " << got
+                        << ", reference " << ref;
+        }
+      }
+    }
+  }
+  return bad;
+}
+
 // The int8 kernels take every row count for most quantized types (Q8_0,
 // Q4_K here: DefaultGemvMaxRows), in activation tiles of 8 and calls of
 // 64 rows: each output is the double-precision product of the weights as
@@ -233,30 +270,7 @@ TEST(LinearQuantizedTest, Int8KernelsTakeEveryRowCount) {
     const std::vector<float> x = RandomInput(m, k, 500 + m);
     std::vector<float> y(m * 64, std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
-    int bad = 0;
-    for (int64_t r = 0; r < m; ++r) {
-      int64_t col = 0;
-      for (const QuantMatrix* w : {&a, &b}) {
-        const quant::Type act = quant::Info(w->tensor.type)->act_type;
-        std::vector<uint8_t> xq(quant::RowBytes(act, k));
-        std::vector<float> xd(k);
-        quant::QuantizeActivation(act, &x[r * k], k, xq.data());
-        quant::Info(act)->dequantize(xq.data(), xd.data(), k);
-        for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
-          double ref = 0, mag = 0;
-          for (int64_t i = 0; i < k; ++i) {
-            ref += static_cast<double>(w->values[j * k + i]) * xd[i];
-            mag += std::abs(static_cast<double>(w->values[j * k + i]) * xd[i]);
-          }
-          const double got = y[r * 64 + col];
-          if (!(std::abs(got - ref) <= 1e-6 + 1e-5 * mag) && ++bad <= 5) {
-            ADD_FAILURE() << "y[" << r << "][" << col << "] = " << got
-                          << ", reference " << ref;
-          }
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(Mismatches({&a, &b}, x, m, k, y, false), 0);
   }
 }
 
@@ -292,36 +306,10 @@ TEST(LinearQuantizedTest, RepackedQ4_0InAStackAndInPanels) {
   EXPECT_EQ(b.bytes, b_bytes) << "the file's bytes are never written";
   for (int64_t m : {1, 3, 9, 64, 130}) {
     SCOPED_TRACE(testing::Message() << "m=" << m);
-    const bool panels = m > 64;
     const std::vector<float> x = RandomInput(m, k, 700 + m);
     std::vector<float> y(m * 44, std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(linear.Forward(x.data(), m, y.data()).ok());
-    int bad = 0;
-    for (int64_t r = 0; r < m; ++r) {
-      int64_t col = 0;
-      for (const QuantMatrix* w : {&a, &b, &c}) {
-        std::vector<float> xd(x.begin() + r * k, x.begin() + (r + 1) * k);
-        if (!panels) {
-          const quant::Type act = quant::Info(w->tensor.type)->act_type;
-          std::vector<uint8_t> xq(quant::RowBytes(act, k));
-          quant::QuantizeActivation(act, &x[r * k], k, xq.data());
-          quant::Info(act)->dequantize(xq.data(), xd.data(), k);
-        }
-        for (int64_t j = 0; j < w->tensor.rows; ++j, ++col) {
-          double ref = 0, mag = 0;
-          for (int64_t i = 0; i < k; ++i) {
-            ref += static_cast<double>(w->values[j * k + i]) * xd[i];
-            mag += std::abs(static_cast<double>(w->values[j * k + i]) * xd[i]);
-          }
-          const double got = y[r * 44 + col];
-          if (!(std::abs(got - ref) <= 1e-6 + 1e-5 * mag) && ++bad <= 5) {
-            ADD_FAILURE() << "y[" << r << "][" << col << "] = " << got
-                          << ", reference " << ref;
-          }
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(Mismatches({&a, &b, &c}, x, m, k, y, m > 64), 0);
   }
 }
 
