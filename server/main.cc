@@ -87,8 +87,9 @@ ABSL_FLAG(int64_t, session_dir_max_bytes, 0,
           "RESOURCE_EXHAUSTED; 0 = no quota");
 ABSL_FLAG(int32_t, max_batch_tokens, 512, "tokens per engine step");
 ABSL_FLAG(double, max_step_slowdown, 2.0,
-          "while sequences decode, prefill chunks are sized so a step takes "
-          "at most this many times a decode-only step (0: no limit)");
+          "while sequences decode, prefill chunks are sized so that each "
+          "waiting prompt slows a step by at most this many times a "
+          "decode-only step, minus 1 (0: no limit)");
 ABSL_FLAG(int32_t, max_queued_requests, 256,
           "requests waiting for admission before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_running, 64, "sequences decoding together");

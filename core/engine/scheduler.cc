@@ -79,7 +79,11 @@ StepPlan Scheduler::Plan() {
 
   StepPlan plan;
   int64_t budget = options_.max_batch_tokens;
-  int64_t prefill_budget = PrefillBudget(decode_tokens);
+  int64_t prefilling = 0;
+  for (size_t i = decode_tokens; i < order.size(); ++i) {
+    if (!order[i]->preempted && order[i]->pending() > 0) ++prefilling;
+  }
+  int64_t prefill_budget = PrefillBudget(decode_tokens, prefilling);
   const int64_t bt = pool_->options().block_tokens;
   for (Sequence* seq : order) {
     if (seq->preempted || budget == 0) continue;
@@ -173,7 +177,8 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::TakeAll() {
   return all;
 }
 
-int64_t Scheduler::PrefillBudget(int64_t decode_tokens) const {
+int64_t Scheduler::PrefillBudget(int64_t decode_tokens,
+                                 int64_t prefilling) const {
   const int64_t room = options_.max_batch_tokens - decode_tokens;
   if (decode_tokens == 0 || options_.max_step_slowdown <= 0) return room;
   // Until a prefill step has been timed, probe with a small chunk.
@@ -181,6 +186,7 @@ int64_t Scheduler::PrefillBudget(int64_t decode_tokens) const {
     return std::min<int64_t>(room, kProbePrefillChunk);
   }
   const double allowed = (options_.max_step_slowdown - 1) *
+                         std::max<int64_t>(prefilling, 1) *
                          decode_step_seconds_ / prefill_token_seconds_;
   // At least one token, so that a prompt always makes progress.
   return std::clamp<int64_t>(static_cast<int64_t>(allowed), 1,

@@ -98,8 +98,12 @@ class Scheduler {
   int64_t num_running() const { return running_.size(); }
   bool idle() const { return waiting_.empty() && running_.empty(); }
 
-  // Prefill tokens a step may carry beside `decode_tokens` decode tokens.
-  int64_t PrefillBudget(int64_t decode_tokens) const;
+  // Prefill tokens a step may carry beside `decode_tokens` decode tokens
+  // while `prefilling` sequences wait for their prompts: each of them is
+  // allowed the slowdown one long prompt is (max_step_slowdown − 1 decode
+  // steps' time), so a burst of prompts is not prefilled one small chunk
+  // at a time while the first of them decodes.
+  int64_t PrefillBudget(int64_t decode_tokens, int64_t prefilling = 1) const;
 
  private:
   // Adopts cached blocks holding the sequence's next tokens; returns how

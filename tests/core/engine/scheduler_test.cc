@@ -253,6 +253,22 @@ TEST_F(SchedulerTest, PrefillBudgetFollowsMeasuredStepCosts) {
   StepPlan mixed = scheduler_->Plan();
   EXPECT_EQ(mixed.decode_tokens, 1);
   EXPECT_EQ(ChunkTokens(mixed, b), 10);
+  // Each prompt waiting is allowed that slowdown: with b and two more
+  // waiting, a step carries 30 prefill tokens, in admission order.
+  EXPECT_EQ(scheduler_->PrefillBudget(1, 3), 30);
+  scheduler_->Retire(mixed,
+                     StepResult{.forward = absl::OkStatus(), .seconds = 0.020});
+  a->session->tokens.push_back(5);
+  Sequence* c = Enqueue(12, 2);
+  Sequence* d = Enqueue(400, 3);
+  scheduler_->Admit();
+  EXPECT_EQ(scheduler_->PrefillBudget(1, 3), 30);
+  StepPlan burst = scheduler_->Plan();
+  EXPECT_EQ(burst.decode_tokens, 1);
+  EXPECT_EQ(ChunkTokens(burst, b), 30);
+  EXPECT_EQ(ChunkTokens(burst, c), 0);
+  EXPECT_EQ(ChunkTokens(burst, d), 0);
+  EXPECT_EQ(burst.tokens, 31);
 }
 
 TEST_F(SchedulerTest, PreemptsTheMostRecentlyAdmittedSequence) {
