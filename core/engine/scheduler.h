@@ -5,9 +5,10 @@
 // token of every decoding sequence plus prefill chunks in admission order,
 // up to max_batch_tokens. While sequences decode, prefill chunks are sized
 // from measured step costs so that a step takes at most max_step_slowdown
-// times a decode-only step. Before a sequence computes anything its history
-// is matched against the prefix cache (and, for a spilled session, its KV
-// snapshot), so only the uncached tail is prefilled.
+// times a decode-only step while one prompt waits, and each further waiting
+// prompt adds as much again (PrefillBudget). Before a sequence computes
+// anything its history is matched against the prefix cache (and, for a spilled
+// session, its KV snapshot), so only the uncached tail is prefilled.
 //
 // KV for a chunk is reserved when it is planned. When the pool is full,
 // cached-but-unused blocks go first (the pool hands them out), then the
