@@ -131,7 +131,8 @@ absl::Status CheckLookupId(std::string_view id) {
 // reference, on another thread; the engine's OnFinish is no gRPC reaction,
 // so gRPC does not wait for it to return. Hence every caller decides under
 // mu_ what to start (NextLocked) and starts it only after releasing mu_
-// (Run), as the last thing it does with `this`. The reactor is deleted when
+// (Run, static: with nothing to start, `this` may already be gone), as the
+// last thing it does with `this`. The reactor is deleted when
 // gRPC (OnDone) and the watchdog (while it cancels) have both let go.
 //
 // The StreamWatchdog cancels a stream whose write stalls, or the oldest of
@@ -179,7 +180,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       }
       next = NextLocked();
     }
-    Run(next);
+    Run(this, next);
   }
 
   void OnFinish(absl::StatusOr<GenerateResult> result) override {
@@ -208,7 +209,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       if (!queue_.empty() || writing_) watchdog_->Unflushed(this);
       next = NextLocked();
     }
-    Run(next);
+    Run(this, next);
   }
 
   // gRPC reactions.
@@ -225,7 +226,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       }
       next = NextLocked();
     }
-    Run(next);
+    Run(this, next);
   }
 
   void OnCancel() override {
@@ -263,7 +264,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       watchdog_cancelling_ = false;
       next = NextLocked();
     }
-    Run(next);
+    Run(this, next);
   }
 
  private:
@@ -301,16 +302,19 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
         .op = Next::Op::kFinish, .message = nullptr, .status = std::move(s)};
   }
 
-  // REQUIRES: mu_ not held. After kFinish `this` may be gone.
-  void Run(const Next& next) ABSL_LOCKS_EXCLUDED(mu_) {
+  // REQUIRES: self's mu_ not held. Static, and `self` used only to start
+  // what NextLocked gave this caller: with kNothing another thread may have
+  // finished the stream and deleted the reactor already (a member call on
+  // it would be undefined, as UBSan reported); after kFinish it may be gone.
+  static void Run(GenerateReactor* self, const Next& next) {
     switch (next.op) {
       case Next::Op::kNothing:
         return;
       case Next::Op::kWrite:
-        StartWrite(next.message);
+        self->StartWrite(next.message);
         return;
       case Next::Op::kFinish:
-        Finish(next.status);
+        self->Finish(next.status);
         return;
     }
   }
