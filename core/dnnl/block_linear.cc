@@ -87,9 +87,8 @@ class BlockLinear final : public Linear {
     const quant::TypeInfo* info = nullptr;
     quant::GemvFn gemv = nullptr;
     int act = 0;  // index into acts_
-    // q4_0 of a multiple of 8 rows: w.data is a copy repacked 8 rows
-    // interleaved (quant::RepackQ4_0x8), which `repacked` owns.
-    bool x8 = false;
+    // Set for q4_0 of a multiple of 8 rows: the copy repacked 8 rows
+    // interleaved (quant::RepackQ4_0x8) that w.data points to.
     std::shared_ptr<void> repacked;
   };
   struct Act {
@@ -280,7 +279,7 @@ class BlockLinear final : public Linear {
         float* panel = panel_buffer.data();
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < nc; ++r) {
-          if (p.x8) {
+          if (p.repacked != nullptr) {
             quant::DequantizeQ4_0x8Row(p.w.data, k_, c0 + r, panel + r * k_);
           } else {
             p.info->dequantize(p.w.row(c0 + r), panel + r * k_, k_);
@@ -347,7 +346,6 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateBlockLinear(
       quant::RepackQ4_0x8(w.data, w.rows, w.cols, p.repacked.get());
       ReleasePages(w.data, w.bytes());
       p.w.data = p.repacked.get();
-      p.x8 = true;
       p.gemv = quant::SelectGemvQ4_0x8(Cpu());
     }
     // F16 and BF16 weights multiply x rounded to their own type, as ggml's

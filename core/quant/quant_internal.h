@@ -3,11 +3,9 @@
 #ifndef KVSERVE_CORE_QUANT_QUANT_INTERNAL_H_
 #define KVSERVE_CORE_QUANT_QUANT_INTERNAL_H_
 
-#include <cstdint>
 #include <string_view>
 
 #include "core/quant/quant.h"
-#include "core/quant/quant_legacy.h"
 
 namespace kvserve::quant::internal {
 
@@ -19,8 +17,6 @@ const TypeInfo* LegacyInfo(Type t);
 GemvFn LegacyGemv(Type t, const CpuFeatures& cpu, std::string_view* name);
 // The kernel for q4_0x8 weights (quant::SelectGemvQ4_0x8), and its name.
 GemvFn LegacyGemvQ4_0x8(const CpuFeatures& cpu, std::string_view* name);
-// Block b of row r (0..7) of a q4_0x8 group, as a plain q4_0 block.
-legacy::BlockQ4_0 X8BlockOf(const uint8_t* group, int64_t b, int r);
 
 // quant_kquants.cc: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K.
 const TypeInfo* KQuantInfo(Type t);

@@ -620,10 +620,6 @@ GemvFn LegacyGemv(Type t, const CpuFeatures& cpu, std::string_view* name) {
   return f;  // nullptr for q8_1, an activation type
 }
 
-legacy::BlockQ4_0 X8BlockOf(const uint8_t* group, int64_t b, int r) {
-  return X8Block(group, b, r);
-}
-
 GemvFn LegacyGemvQ4_0x8(const CpuFeatures& cpu, std::string_view* name) {
   static const auto* names = [] {
     auto* n = new std::string[kNumLevels];
@@ -665,10 +661,9 @@ void DequantizeQ4_0x8Row(const void* w, int64_t k, int64_t row, float* dst) {
                          (row / 8) * nb * legacy::kQ4_0x8RecordBytes;
   for (int64_t b = 0; b < nb; ++b) {
     const legacy::BlockQ4_0 block =
-        internal::X8BlockOf(group, b, static_cast<int>(row % 8));
-    Info(Type::kQ4_0)
-        ->dequantize(&block, dst + b * legacy::kBlockElems,
-                     legacy::kBlockElems);
+        internal::X8Block(group, b, static_cast<int>(row % 8));
+    internal::DequantizeQ4_0(&block, dst + b * legacy::kBlockElems,
+                             legacy::kBlockElems);
   }
 }
 
