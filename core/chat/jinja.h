@@ -28,6 +28,15 @@ namespace kvserve::jinja {
 
 struct RenderOptions {
   int64_t max_output_bytes = int64_t{4} << 20;
+  // Bytes of the strings, list slots and output a render builds (by
+  // operators, literals, filters, methods and output), counted as they are
+  // built and never given back, so also a bound on the render's peak memory.
+  // Measured: the six templates of ../shared/templates build 2.7-4.4 times
+  // their output (2 or 200 turns, 3 MiB of content), so 64 MiB is 16 times
+  // max_output_bytes, over 3 times what the largest legitimate render needs;
+  // a list doubled 40 times stops at it in well under a second (the step
+  // and work limits alone let it reach 650 MB and 2 s).
+  int64_t max_alloc_bytes = int64_t{64} << 20;
   // Loop iterations plus macro calls, over the whole render.
   int64_t max_steps = 1'000'000;
   // Nesting of macro calls and expression evaluation.

@@ -479,11 +479,10 @@ absl::StatusOr<Value> Arith(Interp& in, Tok op, const Value& a,
     const bool b_tuple = b.seq_kind() == SeqKind::kTuple;
     if (a_tuple == b_tuple && (a_tuple || a.seq_kind() == SeqKind::kList) &&
         (b_tuple || b.seq_kind() == SeqKind::kList)) {
-      if (absl::Status s = in.Charge(
-              static_cast<int64_t>(a.items().size() + b.items().size()));
-          !s.ok()) {
-        return s;
-      }
+      const auto size =
+          static_cast<int64_t>(a.items().size() + b.items().size());
+      if (absl::Status s = in.Charge(size); !s.ok()) return s;
+      if (absl::Status s = in.AllocateValues(size); !s.ok()) return s;
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::Seq(std::move(items), a.seq_kind());
@@ -509,11 +508,9 @@ absl::StatusOr<Value> Arith(Interp& in, Tok op, const Value& a,
           seq->seq_kind() == SeqKind::kTuple) {
         const double size =
             static_cast<double>(seq->items().size()) * static_cast<double>(n);
-        if (absl::Status s =
-                in.Charge(static_cast<int64_t>(std::min(size, 1e15)));
-            !s.ok()) {
-          return s;
-        }
+        const auto clamped = static_cast<int64_t>(std::min(size, 1e15));
+        if (absl::Status s = in.Charge(clamped); !s.ok()) return s;
+        if (absl::Status s = in.AllocateValues(clamped); !s.ok()) return s;
         std::vector<Value> items;
         items.reserve(static_cast<size_t>(size));
         for (int64_t i = 0; i < n; ++i) {
@@ -635,9 +632,9 @@ absl::StatusOr<Value> SliceValue(Interp& in, const Value& obj,
   for (int64_t k = 0, i = start; k < count; ++k, i += step) {
     items.push_back(obj.items()[static_cast<size_t>(i)]);
   }
-  return Value::Seq(std::move(items), obj.seq_kind() == SeqKind::kTuple
-                                          ? SeqKind::kTuple
-                                          : SeqKind::kList);
+  return in.MakeList(std::move(items), obj.seq_kind() == SeqKind::kTuple
+                                           ? SeqKind::kTuple
+                                           : SeqKind::kList);
 }
 
 // ---- globals ---------------------------------------------------------------
@@ -752,6 +749,7 @@ absl::StatusOr<Value> GlobalRange(Interp& in, const CallArgs& args) {
   }
   const auto count = static_cast<int64_t>(n);
   if (absl::Status s = in.Charge(count); !s.ok()) return s;
+  if (absl::Status s = in.AllocateValues(count); !s.ok()) return s;
   std::vector<Value> items;
   items.reserve(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i)
@@ -1012,11 +1010,11 @@ absl::StatusOr<Value> MethodObject::CallDict(Interp& in, const CallArgs& args) {
       items.push_back(Value::Seq({k, v}, SeqKind::kTuple));
     }
   }
-  if (name_ == "keys") return Value::Seq(std::move(items), SeqKind::kDictKeys);
+  if (name_ == "keys") return in.MakeList(std::move(items), SeqKind::kDictKeys);
   if (name_ == "values")
-    return Value::Seq(std::move(items), SeqKind::kDictValues);
+    return in.MakeList(std::move(items), SeqKind::kDictValues);
   if (name_ == "items")
-    return Value::Seq(std::move(items), SeqKind::kDictItems);
+    return in.MakeList(std::move(items), SeqKind::kDictItems);
   return Unsupported(Cat("dict.", name_));
 }
 
@@ -1029,7 +1027,7 @@ absl::StatusOr<Value> MethodObject::CallSeq(Interp& in, const CallArgs& args) {
     if (!args.pos.empty() || !args.kw.empty()) {
       return TypeError("copy() takes no arguments");
     }
-    return Value::Seq(items, SeqKind::kList);
+    return in.MakeList(items, SeqKind::kList);
   }
   if (!args.kw.empty()) {
     return TypeError(Cat(name_, "() takes no keyword arguments"));
@@ -1363,7 +1361,7 @@ absl::StatusOr<Value> StrList(Interp& in, std::vector<std::string> parts) {
   items.reserve(parts.size());
   for (std::string& part : parts)
     items.push_back(Value::String(std::move(part)));
-  return Value::Seq(std::move(items));
+  return in.MakeList(std::move(items));
 }
 
 absl::StatusOr<Value> MethodObject::CallStr(Interp& in, const CallArgs& args) {
@@ -1545,7 +1543,7 @@ absl::StatusOr<Value> MethodObject::CallStr(Interp& in, const CallArgs& args) {
       parts = {Value::String(s.substr(0, p)), Value::String(sep),
                Value::String(s.substr(p + sep.size()))};
     }
-    return Value::Seq(std::move(parts), SeqKind::kTuple);
+    return in.MakeList(std::move(parts), SeqKind::kTuple);
   }
   if (n == "removeprefix" || n == "removesuffix") {
     if (args.pos.size() != 1 || !args.kw.empty()) {
@@ -1944,7 +1942,7 @@ absl::StatusOr<Value> SelectOrReject(Interp& in, const Value& v,
     }
     if (r == select) out.push_back(item);
   }
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterMap(Interp& in, const Value& v,
@@ -1972,7 +1970,7 @@ absl::StatusOr<Value> FilterMap(Interp& in, const Value& v,
           GetPath(in, item, parts, def.has_value() ? &*def : nullptr, false));
       out.push_back(std::move(x));
     }
-    return Value::Seq(std::move(out));
+    return in.MakeList(std::move(out));
   }
   if (args.pos.empty()) return TypeError("map requires a filter argument");
   KVSERVE_JINJA_ASSIGN_OR_RETURN(const std::string name, in.ToStr(args.pos[0]));
@@ -1983,7 +1981,7 @@ absl::StatusOr<Value> FilterMap(Interp& in, const Value& v,
     KVSERVE_JINJA_ASSIGN_OR_RETURN(Value x, in.ApplyFilter(name, item, rest));
     out.push_back(std::move(x));
   }
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterJoin(Interp& in, const Value& v,
@@ -2047,7 +2045,7 @@ absl::StatusOr<Value> FilterSort(Interp& in, const Value& v,
   std::vector<Value> out;
   out.reserve(items.size());
   for (size_t i : order) out.push_back(items[i]);
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterDictsort(Interp& in, const Value& v,
@@ -2083,7 +2081,7 @@ absl::StatusOr<Value> FilterDictsort(Interp& in, const Value& v,
     out.push_back(
         Value::Seq({items[i].first, items[i].second}, SeqKind::kTuple));
   }
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterUnique(Interp& in, const Value& v,
@@ -2112,7 +2110,7 @@ absl::StatusOr<Value> FilterUnique(Interp& in, const Value& v,
     bucket.push_back(key);
     out.push_back(item);
   }
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterMinMax(Interp& in, const Value& v,
@@ -2183,7 +2181,7 @@ absl::StatusOr<Value> FilterBatch(Interp& in, const Value& v,
     }
     out.push_back(Value::Seq(std::move(tmp)));
   }
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterSlice(Interp& in, const Value& v,
@@ -2209,7 +2207,7 @@ absl::StatusOr<Value> FilterSlice(Interp& in, const Value& v,
     if (!fill.is_none() && i >= slices_with_extra) tmp.push_back(fill);
     out.push_back(Value::Seq(std::move(tmp)));
   }
-  return Value::Seq(std::move(out));
+  return in.MakeList(std::move(out));
 }
 
 absl::StatusOr<Value> FilterTruncate(Interp& in, const Value& v,
@@ -2248,7 +2246,7 @@ absl::StatusOr<Value> FilterTruncate(Interp& in, const Value& v,
 
 absl::StatusOr<Value> ToList(Interp& in, const Value& v) {
   KVSERVE_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, in.Iterate(v));
-  return Value::Seq(std::move(items));
+  return in.MakeList(std::move(items));
 }
 
 absl::StatusOr<Value> FirstOrLast(Interp& in, const Value& v, bool last) {
@@ -2271,7 +2269,7 @@ absl::StatusOr<Value> FilterReverse(Interp& in, const Value& v) {
   }
   KVSERVE_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items, in.Iterate(v));
   std::reverse(items.begin(), items.end());
-  return Value::Seq(std::move(items));
+  return in.MakeList(std::move(items));
 }
 
 }  // namespace
@@ -2312,7 +2310,7 @@ absl::StatusOr<Value> CallFilter(Interp& in, std::string_view name, Value v,
     for (const auto& [k, val] : v.dict().items) {
       out.push_back(Value::Seq({k, val}, SeqKind::kTuple));
     }
-    return Value::Seq(std::move(out));
+    return in.MakeList(std::move(out));
   }
   if (name == "default" || name == "d") {
     KVSERVE_JINJA_ASSIGN_OR_RETURN(

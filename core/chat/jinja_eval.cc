@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -382,8 +383,37 @@ absl::Status Interp::CheckStringSize(size_t bytes) const {
   return absl::OkStatus();
 }
 
+absl::Status Interp::Allocate(int64_t bytes) {
+  allocated_ += std::max<int64_t>(bytes, 0);
+  if (allocated_ > options_.max_alloc_bytes) {
+    return TypeError(Cat("memory limit of ", options_.max_alloc_bytes,
+                         " bytes reached (strings, lists and output the "
+                         "render built)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Interp::AllocateValues(int64_t n) {
+  // Saturates: n may be a template's product of sizes.
+  constexpr auto kSlot = static_cast<int64_t>(sizeof(Value));
+  return Allocate(n > std::numeric_limits<int64_t>::max() / kSlot
+                      ? std::numeric_limits<int64_t>::max()
+                      : n * kSlot);
+}
+
+absl::StatusOr<Value> Interp::MakeList(std::vector<Value> items, SeqKind kind) {
+  if (absl::Status st = AllocateValues(static_cast<int64_t>(items.size()));
+      !st.ok()) {
+    return st;
+  }
+  return Value::Seq(std::move(items), kind);
+}
+
 absl::StatusOr<Value> Interp::MakeString(std::string s, bool safe) {
   if (absl::Status st = CheckStringSize(s.size()); !st.ok()) return st;
+  if (absl::Status st = Allocate(static_cast<int64_t>(s.size())); !st.ok()) {
+    return st;
+  }
   if (absl::Status st = Charge(static_cast<int64_t>(s.size() / 64)); !st.ok()) {
     return st;
   }
@@ -406,11 +436,14 @@ absl::StatusOr<std::string> Interp::ToStr(const Value& v) {
   return s;
 }
 
-absl::Status Interp::Append(std::string* out, std::string_view s) const {
+absl::Status Interp::Append(std::string* out, std::string_view s) {
   if (out->size() + s.size() >
       static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0))) {
     return TypeError(
         Cat("output limit of ", options_.max_output_bytes, " bytes reached"));
+  }
+  if (absl::Status st = Allocate(static_cast<int64_t>(s.size())); !st.ok()) {
+    return st;
   }
   out->append(s);
   return absl::OkStatus();
@@ -754,9 +787,9 @@ absl::StatusOr<Value> Interp::EvalNode(const Expr& e,
         KVSERVE_JINJA_ASSIGN_OR_RETURN(Value v, Eval(*a, frame));
         items.push_back(std::move(v));
       }
-      return Value::Seq(std::move(items), e.kind == ExprKind::kList
-                                              ? SeqKind::kList
-                                              : SeqKind::kTuple);
+      return MakeList(std::move(items), e.kind == ExprKind::kList
+                                            ? SeqKind::kList
+                                            : SeqKind::kTuple);
     }
     case ExprKind::kDict: {
       DictBuilder b;
@@ -1135,6 +1168,11 @@ absl::StatusOr<std::vector<Value>> Interp::Iterate(const Value& v) {
     case Kind::kString: {
       const std::u32string cps = Decode(v.str());
       if (absl::Status s = Charge(static_cast<int64_t>(cps.size())); !s.ok()) {
+        return s;
+      }
+      // Each character a string of its own.
+      if (absl::Status s = AllocateValues(static_cast<int64_t>(cps.size()) * 2);
+          !s.ok()) {
         return s;
       }
       std::vector<Value> chars;

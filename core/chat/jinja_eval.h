@@ -8,9 +8,10 @@
 //
 // Bounds (RenderOptions): steps (loop iterations and macro calls), macro
 // nesting, output bytes per buffer, string sizes, plus a work budget for
-// builtin work proportional to the data (copies, scans, sorts) and a fixed
-// bound on evaluation nesting, so that no input exhausts time, memory or
-// the C++ stack.
+// builtin work proportional to the data (copies, scans, sorts), a byte
+// budget for the values and output a render builds (Allocate: never given
+// back, so it bounds the peak too) and a fixed bound on evaluation nesting,
+// so that no input exhausts time, memory or the C++ stack.
 #ifndef KVSERVE_CORE_CHAT_JINJA_EVAL_H_
 #define KVSERVE_CORE_CHAT_JINJA_EVAL_H_
 
@@ -119,8 +120,18 @@ class Interp {
   absl::Status Step();
   // Builtin work proportional to `units` elements or 64-byte chunks.
   absl::Status Charge(int64_t units);
-  // A string result checked against max_string_bytes().
+  // Bytes of values and output built (RenderOptions::max_alloc_bytes):
+  // charged before building what is charged here, or just after for a
+  // value no bigger than the values it was made from.
+  absl::Status Allocate(int64_t bytes);
+  // `n` list or dict slots.
+  absl::Status AllocateValues(int64_t n);
+  // A string result checked against max_string_bytes() and charged to
+  // Allocate().
   absl::StatusOr<Value> MakeString(std::string s, bool safe = false);
+  // A list result charged to AllocateValues().
+  absl::StatusOr<Value> MakeList(std::vector<Value> items,
+                                 SeqKind kind = SeqKind::kList);
   absl::Status CheckStringSize(size_t bytes) const;
 
   // Python semantics the builtins share.
@@ -167,7 +178,7 @@ class Interp {
   absl::Status RunLoopInto(const Stmt& loop, std::vector<Value> items,
                            const std::shared_ptr<Frame>& outer, int depth0,
                            std::string* out);
-  absl::Status Append(std::string* out, std::string_view s) const;
+  absl::Status Append(std::string* out, std::string_view s);
 
   absl::StatusOr<Value> EvalNode(const Expr& e,
                                  const std::shared_ptr<Frame>& frame);
@@ -188,8 +199,9 @@ class Interp {
   const int64_t max_work_;
   int64_t steps_ = 0;
   int64_t work_ = 0;
-  int nesting_ = 0;      // Eval/Exec recursion
-  int macro_depth_ = 0;  // macro calls in progress
+  int64_t allocated_ = 0;  // bytes charged to Allocate()
+  int nesting_ = 0;        // Eval/Exec recursion
+  int macro_depth_ = 0;    // macro calls in progress
   Flow flow_ = Flow::kNormal;
   // The text a {% filter %} or {% set x | f %} block's filter chain starts
   // from.

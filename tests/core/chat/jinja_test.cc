@@ -347,6 +347,51 @@ TEST(JinjaTest, OutputIsBounded) {
   ASSERT_FALSE(out.ok());
 }
 
+// Issue 24 (6): a hostile template's memory is bounded by bytes, not only
+// by steps (the work limit alone let these reach ~650 MB and 2 GB).
+TEST(JinjaTest, MemoryIsBoundedByBytesBuilt) {
+  // A list doubled 40 times: 2^40 slots.
+  absl::StatusOr<std::string> out = Render(
+      "{% set ns = namespace(l=[0]) %}{% for i in range(40) %}"
+      "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("memory limit of 67108864 bytes reached"));
+  out = Render(
+      "{% set ns = namespace(l=[0]) %}{% for i in range(40) %}"
+      "{% set ns.l = ns.l * 2 %}{% endfor %}{{ ns.l|length }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("memory limit of"));
+  // A string doubled to just under the output limit, then kept in copies:
+  // no single string is too long, their sum is.
+  out = Render(
+      "{% set ns = namespace(s='x', l=[]) %}{% for i in range(21) %}"
+      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% for i in range(1000) %}"
+      "{% set ns.l = ns.l + [ns.s ~ i] %}{% endfor %}{{ ns.l|length }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("memory limit of"));
+  // Strings split into characters count their own strings.
+  out = Render(
+      "{% set ns = namespace(s='x', l=[]) %}{% for i in range(21) %}"
+      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% for i in range(10) %}"
+      "{% set ns.l = ns.l + [ns.s|list] %}{% endfor %}{{ ns.l|length }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("memory limit of"));
+  // The limit is an option; within it the same template renders.
+  RenderOptions options;
+  options.max_alloc_bytes = 1000;
+  out = Render("{% for i in range(100) %}0123456789{% endfor %}", {}, options);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("memory limit of 1000 bytes reached"));
+  out = Render(
+      "{% set ns = namespace(l=[0]) %}{% for i in range(10) %}"
+      "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "1024");
+}
+
 TEST(JinjaTest, DeepNestingIsAnErrorNotACrash) {
   for (const std::string& deep :
        {"{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}",
