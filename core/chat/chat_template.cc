@@ -31,17 +31,19 @@ absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view json,
 }  // namespace
 
 ChatTemplate::ChatTemplate(std::string source, std::string bos_token,
-                           std::string eos_token,
+                           std::string eos_token, ChatTemplateOptions options,
                            std::unique_ptr<jinja::Template> parsed)
     : source_(std::move(source)),
       bos_token_(std::move(bos_token)),
       eos_token_(std::move(eos_token)),
+      options_(options),
       parsed_(std::move(parsed)) {}
 
 ChatTemplate::~ChatTemplate() = default;
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(
-    std::string source, std::string bos_token, std::string eos_token) {
+    std::string source, std::string bos_token, std::string eos_token,
+    ChatTemplateOptions options) {
   absl::StatusOr<std::unique_ptr<jinja::Template>> parsed =
       jinja::Template::Parse(source);
   if (!parsed.ok()) {
@@ -50,10 +52,17 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(
   }
   return std::unique_ptr<ChatTemplate>(
       new ChatTemplate(std::move(source), std::move(bos_token),
-                       std::move(eos_token), *std::move(parsed)));
+                       std::move(eos_token), options, *std::move(parsed)));
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(
+    const ChatTemplateInput& input) const {
+  absl::StatusOr<jinja::SpannedText> text = RenderSpanned(input);
+  if (!text.ok()) return text.status();
+  return std::move(text->text);
+}
+
+absl::StatusOr<jinja::SpannedText> ChatTemplate::RenderSpanned(
     const ChatTemplateInput& input) const {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   for (size_t i = 0; i < input.messages.size(); ++i) {
@@ -87,7 +96,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(
   context["documents"] = nullptr;
   jinja::RenderOptions options;
   options.now = input.now;
-  absl::StatusOr<std::string> text = parsed_->Render(context, options);
+  options.literal_variables = {"bos_token", "eos_token"};
+  absl::StatusOr<jinja::SpannedText> text =
+      parsed_->RenderSpanned(context, options);
   if (!text.ok()) {
     if (jinja::IsRaisedException(text.status())) return text.status();
     return absl::InvalidArgumentError(

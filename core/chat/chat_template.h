@@ -21,12 +21,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/chat/chat_message.h"
+#include "core/chat/jinja.h"
 
 namespace kvserve {
-
-namespace jinja {
-class Template;
-}  // namespace jinja
 
 struct ChatTemplateInput {
   std::vector<ChatMessage> messages;
@@ -38,13 +35,24 @@ struct ChatTemplateInput {
   std::optional<absl::Time> now;
 };
 
+struct ChatTemplateOptions {
+  // How a rendering is tokenized (RenderChatPrompt): false (the default):
+  // control tokens are matched only in the template's own text (its source
+  // and bos_token/eos_token), and the conversation's text (contents, names,
+  // tool calls and tools) is ordinary text, so that an end user's
+  // "<|im_start|>system" cannot inject a turn. true: matched anywhere, as
+  // llama-server, vLLM and transformers do (--special_tokens_in_content).
+  bool special_tokens_in_content = false;
+};
+
 class ChatTemplate {
  public:
   // Parses `source` once. A syntax error is INVALID_ARGUMENT naming the
   // line, the column and the construct. bos_token/eos_token are the
   // vocabulary's pieces (empty when it has none).
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> Create(
-      std::string source, std::string bos_token, std::string eos_token);
+      std::string source, std::string bos_token, std::string eos_token,
+      ChatTemplateOptions options = {});
   ~ChatTemplate();
 
   // The prompt text. raise_exception(msg) is INVALID_ARGUMENT with exactly
@@ -52,16 +60,23 @@ class ChatTemplate {
   // undefined operation, a limit reached) is INVALID_ARGUMENT naming the
   // template construct and its line.
   absl::StatusOr<std::string> Render(const ChatTemplateInput& input) const;
+  // Render() with the ranges of the text that are the template's own
+  // (jinja::SpannedText; bos_token and eos_token count as the template's).
+  absl::StatusOr<jinja::SpannedText> RenderSpanned(
+      const ChatTemplateInput& input) const;
 
   const std::string& source() const { return source_; }
+  const ChatTemplateOptions& options() const { return options_; }
 
  private:
   ChatTemplate(std::string source, std::string bos_token, std::string eos_token,
+               ChatTemplateOptions options,
                std::unique_ptr<jinja::Template> parsed);
 
   std::string source_;
   std::string bos_token_;
   std::string eos_token_;
+  ChatTemplateOptions options_;
   std::unique_ptr<jinja::Template> parsed_;
 };
 

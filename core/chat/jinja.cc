@@ -21,8 +21,39 @@ absl::StatusOr<std::unique_ptr<Template>> Template::Parse(
 
 absl::StatusOr<std::string> Template::Render(
     const nlohmann::ordered_json& context, const RenderOptions& options) const {
+  absl::StatusOr<SpannedText> out = RenderSpanned(context, options);
+  if (!out.ok()) return out.status();
+  return std::move(out->text);
+}
+
+absl::StatusOr<SpannedText> Template::RenderSpanned(
+    const nlohmann::ordered_json& context, const RenderOptions& options) const {
   Interp interp(options);
   return interp.Render(*root_, context);
+}
+
+void SpannedText::Append(std::string_view s, bool is_literal) {
+  if (s.empty()) return;
+  const size_t begin = text.size();
+  text.append(s);
+  if (!is_literal) return;
+  if (!literal.empty() && literal.back().end == begin) {
+    literal.back().end = text.size();
+  } else {
+    literal.push_back({begin, text.size()});
+  }
+}
+
+void SpannedText::Append(const SpannedText& other) {
+  const size_t offset = text.size();
+  text.append(other.text);
+  for (const TextRange& r : other.literal) {
+    if (!literal.empty() && literal.back().end == r.begin + offset) {
+      literal.back().end = r.end + offset;
+    } else {
+      literal.push_back({r.begin + offset, r.end + offset});
+    }
+  }
 }
 
 bool IsRaisedException(const absl::Status& status) {

@@ -18,13 +18,49 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::jinja {
+
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+  friend bool operator==(const TextRange& a, const TextRange& b) {
+    return a.begin == b.begin && a.end == b.end;
+  }
+};
+
+// Text and the provenance of its bytes: `literal` are the ranges that come
+// from the template's own text (its source: text between tags and string
+// literals, and the RenderOptions::literal_variables); the rest comes from
+// the context's values (or from an operation that is not tracked, below).
+// Sorted, disjoint, none empty, and no two adjacent (adjacent ranges are
+// merged: two literals printed side by side are one piece of template
+// text).
+//
+// Provenance follows a string through `+` and `~`, printing, {% set %}
+// blocks, macro and call-block output and recursive loops. Every other
+// operation (filters, methods, slicing, `%` formatting) makes its result
+// context text, even from literals: conservative, so that the context's
+// text can never be taken for the template's. REQUIRES for a caller
+// relying on it: the template builds its control tokens from literals by
+// concatenation only (every template in ../shared/templates does).
+struct SpannedText {
+  std::string text;
+  std::vector<TextRange> literal;
+
+  // Appends `s`, as template text when `is_literal`.
+  void Append(std::string_view s, bool is_literal);
+  // Appends `other` with its provenance.
+  void Append(const SpannedText& other);
+};
 
 struct RenderOptions {
   int64_t max_output_bytes = int64_t{4} << 20;
@@ -44,6 +80,9 @@ struct RenderOptions {
   // strftime_now's clock (local time zone rules of the process, as Python's
   // datetime.now()); unset: the current time.
   std::optional<absl::Time> now;
+  // Context keys whose string values count as the template's own text
+  // (SpannedText), e.g. a chat template's bos_token and eos_token.
+  std::vector<std::string> literal_variables;
 };
 
 class Node;  // the parsed tree (jinja.cc)
@@ -64,6 +103,10 @@ class Template {
   // steps reached").
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
                                      const RenderOptions& options = {}) const;
+  // Render() with the provenance of the output's bytes.
+  absl::StatusOr<SpannedText> RenderSpanned(
+      const nlohmann::ordered_json& context,
+      const RenderOptions& options = {}) const;
 
  private:
   Template();

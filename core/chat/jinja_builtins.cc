@@ -466,13 +466,16 @@ absl::StatusOr<Value> Arith(Interp& in, Tok op, const Value& a,
         !s.ok()) {
       return s;
     }
-    // Markup + str escapes the str (markupsafe).
+    // Markup + str escapes the str (markupsafe); its provenance is not
+    // kept (SpannedText).
     if (a.safe() || b.safe()) {
       return in.MakeString((a.safe() ? a.str() : HtmlEscape(a.str())) +
                                (b.safe() ? b.str() : HtmlEscape(b.str())),
                            true);
     }
-    return in.MakeString(a.str() + b.str());
+    SpannedText sum = a.spanned();
+    sum.Append(b.spanned());
+    return in.MakeSpanned(std::move(sum));
   }
   if (op == Tok::kAdd && a.is_list() && b.is_list()) {
     const bool a_tuple = a.seq_kind() == SeqKind::kTuple;

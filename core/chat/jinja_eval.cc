@@ -159,9 +159,9 @@ class LoopObject : public Callable {
     KVSERVE_JINJA_ASSIGN_OR_RETURN(std::vector<Value> items,
                                    in.Iterate(args.pos[0]));
     KVSERVE_JINJA_ASSIGN_OR_RETURN(
-        std::string text,
+        SpannedText text,
         in.RunLoop(*stmt_, std::move(items), outer_, depth0_ + 1));
-    return Value::String(std::move(text));
+    return Value::Spanned(std::move(text));
   }
 
   void set_self(const std::shared_ptr<LoopObject>& self) { self_ = self; }
@@ -409,6 +409,19 @@ absl::StatusOr<Value> Interp::MakeList(std::vector<Value> items, SeqKind kind) {
   return Value::Seq(std::move(items), kind);
 }
 
+absl::StatusOr<Value> Interp::MakeSpanned(SpannedText s, bool safe) {
+  if (absl::Status st = CheckStringSize(s.text.size()); !st.ok()) return st;
+  if (absl::Status st = Allocate(static_cast<int64_t>(s.text.size()));
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = Charge(static_cast<int64_t>(s.text.size() / 64));
+      !st.ok()) {
+    return st;
+  }
+  return Value::Spanned(std::move(s), safe);
+}
+
 absl::StatusOr<Value> Interp::MakeString(std::string s, bool safe) {
   if (absl::Status st = CheckStringSize(s.size()); !st.ok()) return st;
   if (absl::Status st = Allocate(static_cast<int64_t>(s.size())); !st.ok()) {
@@ -436,8 +449,9 @@ absl::StatusOr<std::string> Interp::ToStr(const Value& v) {
   return s;
 }
 
-absl::Status Interp::Append(std::string* out, std::string_view s) {
-  if (out->size() + s.size() >
+absl::Status Interp::Append(SpannedText* out, std::string_view s,
+                            bool is_literal) {
+  if (out->text.size() + s.size() >
       static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0))) {
     return TypeError(
         Cat("output limit of ", options_.max_output_bytes, " bytes reached"));
@@ -445,11 +459,35 @@ absl::Status Interp::Append(std::string* out, std::string_view s) {
   if (absl::Status st = Allocate(static_cast<int64_t>(s.size())); !st.ok()) {
     return st;
   }
-  out->append(s);
+  out->Append(s, is_literal);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Interp::Render(
+absl::Status Interp::AppendValue(SpannedText* out, const Value& v) {
+  if (!v.is_string()) {
+    absl::StatusOr<std::string> text = ToStr(v);
+    if (!text.ok()) return text.status();
+    return Append(out, *text, /*is_literal=*/false);
+  }
+  const SpannedText& text = v.spanned();
+  if (out->text.size() + text.text.size() >
+      static_cast<size_t>(std::max<int64_t>(options_.max_output_bytes, 0))) {
+    return TypeError(
+        Cat("output limit of ", options_.max_output_bytes, " bytes reached"));
+  }
+  if (absl::Status st = Charge(static_cast<int64_t>(text.text.size() / 64));
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = Allocate(static_cast<int64_t>(text.text.size()));
+      !st.ok()) {
+    return st;
+  }
+  out->Append(text);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SpannedText> Interp::Render(
     const Node& root, const nlohmann::ordered_json& context) {
   auto frame = std::make_shared<Frame>(nullptr);
   if (context.is_object()) {
@@ -458,13 +496,18 @@ absl::StatusOr<std::string> Interp::Render(
       if (!v.ok()) {
         return TypeError(Cat("context '", key, "': ", v.status().message()));
       }
+      const std::vector<std::string>& literal = options_.literal_variables;
+      if (v->is_string() &&
+          std::find(literal.begin(), literal.end(), key) != literal.end()) {
+        v = Value::Literal(v->str());
+      }
       frame->Set(key, *std::move(v));
     }
   } else if (!context.is_null()) {
     return TypeError("the render context must be a JSON object");
   }
   root_ = frame;
-  std::string out;
+  SpannedText out;
   absl::Status s = ExecBody(root.body, frame, &out);
   root_.reset();
   if (!s.ok()) return s;
@@ -475,7 +518,7 @@ absl::StatusOr<std::string> Interp::Render(
 
 absl::Status Interp::ExecBody(const Body& body,
                               const std::shared_ptr<Frame>& frame,
-                              std::string* out) {
+                              SpannedText* out) {
   for (const StmtPtr& s : body) {
     if (absl::Status st = Exec(*s, frame, out); !st.ok()) return st;
     if (flow_ != Flow::kNormal) break;
@@ -484,17 +527,15 @@ absl::Status Interp::ExecBody(const Body& body,
 }
 
 absl::Status Interp::Exec(const Stmt& s, const std::shared_ptr<Frame>& frame,
-                          std::string* out) {
+                          SpannedText* out) {
   NestingGuard guard(&nesting_);
   if (nesting_ > kMaxEvalNesting) return AtLine(s.line, NestingError());
   switch (s.kind) {
     case StmtKind::kText:
-      return AtLine(s.line, Append(out, s.text));
+      return AtLine(s.line, Append(out, s.text, /*is_literal=*/true));
     case StmtKind::kOutput: {
       KVSERVE_JINJA_ASSIGN_OR_RETURN(const Value v, Eval(*s.expr, frame));
-      absl::StatusOr<std::string> text = ToStr(v);
-      if (!text.ok()) return AtLine(s.line, text.status());
-      return AtLine(s.line, Append(out, *text));
+      return AtLine(s.line, AppendValue(out, v));
     }
     case StmtKind::kIf:
       for (const auto& [cond, body] : s.branches) {
@@ -511,9 +552,9 @@ absl::Status Interp::Exec(const Stmt& s, const std::shared_ptr<Frame>& frame,
     case StmtKind::kSetBlock:
     case StmtKind::kFilterBlock: {
       auto inner = std::make_shared<Frame>(frame);
-      std::string text;
+      SpannedText text;
       if (absl::Status st = ExecBody(s.body, inner, &text); !st.ok()) return st;
-      Value v = Value::String(std::move(text));
+      Value v = Value::Spanned(std::move(text));
       if (s.expr != nullptr) {
         block_input_.push_back(std::move(v));
         absl::StatusOr<Value> filtered = Eval(*s.expr, frame);
@@ -524,9 +565,7 @@ absl::Status Interp::Exec(const Stmt& s, const std::shared_ptr<Frame>& frame,
       if (s.kind == StmtKind::kSetBlock) {
         return AtLine(s.line, AssignTarget(*s.target, v, *frame));
       }
-      absl::StatusOr<std::string> str = ToStr(v);
-      if (!str.ok()) return AtLine(s.line, str.status());
-      return AtLine(s.line, Append(out, *str));
+      return AtLine(s.line, AppendValue(out, v));
     }
     case StmtKind::kMacro:
       frame->Set(s.signature->name,
@@ -571,20 +610,20 @@ absl::Status Interp::Exec(const Stmt& s, const std::shared_ptr<Frame>& frame,
 }
 
 absl::Status Interp::ExecFor(const Stmt& s, const std::shared_ptr<Frame>& frame,
-                             std::string* out) {
+                             SpannedText* out) {
   KVSERVE_JINJA_ASSIGN_OR_RETURN(const Value iterable, Eval(*s.expr, frame));
   absl::StatusOr<std::vector<Value>> items = Iterate(iterable);
   if (!items.ok()) return AtLine(s.line, items.status());
   return RunLoopInto(s, *std::move(items), frame, 0, out);
 }
 
-absl::StatusOr<std::string> Interp::RunLoop(const Stmt& loop,
+absl::StatusOr<SpannedText> Interp::RunLoop(const Stmt& loop,
                                             std::vector<Value> items,
                                             const std::shared_ptr<Frame>& outer,
                                             int depth0) {
   NestingGuard guard(&nesting_);
   if (nesting_ > kMaxEvalNesting) return AtLine(loop.line, NestingError());
-  std::string out;
+  SpannedText out;
   if (absl::Status s = RunLoopInto(loop, std::move(items), outer, depth0, &out);
       !s.ok()) {
     return s;
@@ -594,7 +633,7 @@ absl::StatusOr<std::string> Interp::RunLoop(const Stmt& loop,
 
 absl::Status Interp::RunLoopInto(const Stmt& s, std::vector<Value> items,
                                  const std::shared_ptr<Frame>& outer,
-                                 int depth0, std::string* out) {
+                                 int depth0, SpannedText* out) {
   auto loop =
       std::make_shared<LoopObject>(this, &s, outer, std::move(items), depth0);
   loop->set_self(loop);
@@ -628,7 +667,7 @@ absl::Status Interp::RunLoopInto(const Stmt& s, std::vector<Value> items,
 
 absl::Status Interp::ExecCallBlock(const Stmt& s,
                                    const std::shared_ptr<Frame>& frame,
-                                   std::string* out) {
+                                   SpannedText* out) {
   const Expr& call = *s.expr;
   KVSERVE_JINJA_ASSIGN_OR_RETURN(const Value callee, Eval(*call.lhs, frame));
   KVSERVE_JINJA_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(call, frame));
@@ -636,9 +675,7 @@ absl::Status Interp::ExecCallBlock(const Stmt& s,
       "caller", Value::MakeObject(std::make_shared<MacroObject>(&s, frame)));
   absl::StatusOr<Value> result = CallValue(callee, std::move(args));
   if (!result.ok()) return AtLine(s.line, result.status());
-  absl::StatusOr<std::string> text = ToStr(*result);
-  if (!text.ok()) return AtLine(s.line, text.status());
-  return AtLine(s.line, Append(out, *text));
+  return AtLine(s.line, AppendValue(out, *result));
 }
 
 absl::StatusOr<Value> Interp::CallMacro(const Stmt& macro,
@@ -700,11 +737,11 @@ absl::StatusOr<Value> Interp::CallMacro(const Stmt& macro,
   if (sig.uses_kwargs) frame->Set("kwargs", kwargs.Build());
   if (sig.uses_caller) frame->Set("caller", std::move(caller));
   ++macro_depth_;
-  std::string out;
+  SpannedText out;
   absl::Status s = ExecBody(macro.body, frame, &out);
   --macro_depth_;
   if (!s.ok()) return s;
-  return Value::String(std::move(out));
+  return Value::Spanned(std::move(out));
 }
 
 absl::Status Interp::AssignTarget(const Expr& target, const Value& value,
@@ -852,17 +889,25 @@ absl::StatusOr<Value> Interp::EvalNode(const Expr& e,
     case ExprKind::kCompare:
       return EvalCompare(e, frame);
     case ExprKind::kConcat: {
-      std::string s;
+      SpannedText s;
       for (const ExprPtr& a : e.args) {
         KVSERVE_JINJA_ASSIGN_OR_RETURN(const Value v, Eval(*a, frame));
+        if (v.is_string()) {
+          if (absl::Status st = CheckStringSize(s.text.size() + v.str().size());
+              !st.ok()) {
+            return st;
+          }
+          s.Append(v.spanned());
+          continue;
+        }
         KVSERVE_JINJA_ASSIGN_OR_RETURN(const std::string part, ToStr(v));
-        if (absl::Status st = CheckStringSize(s.size() + part.size());
+        if (absl::Status st = CheckStringSize(s.text.size() + part.size());
             !st.ok()) {
           return st;
         }
-        s += part;
+        s.Append(part, /*is_literal=*/false);
       }
-      return MakeString(std::move(s));
+      return MakeSpanned(std::move(s));
     }
     case ExprKind::kCondExpr: {
       KVSERVE_JINJA_ASSIGN_OR_RETURN(const Value c, Eval(*e.args[0], frame));

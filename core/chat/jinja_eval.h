@@ -109,7 +109,7 @@ class Interp {
   Interp(const Interp&) = delete;
   Interp& operator=(const Interp&) = delete;
 
-  absl::StatusOr<std::string> Render(const Node& root,
+  absl::StatusOr<SpannedText> Render(const Node& root,
                                      const nlohmann::ordered_json& context);
 
   const RenderOptions& options() const { return options_; }
@@ -129,6 +129,8 @@ class Interp {
   // A string result checked against max_string_bytes() and charged to
   // Allocate().
   absl::StatusOr<Value> MakeString(std::string s, bool safe = false);
+  // MakeString() keeping the text's provenance (SpannedText).
+  absl::StatusOr<Value> MakeSpanned(SpannedText s, bool safe = false);
   // A list result charged to AllocateValues().
   absl::StatusOr<Value> MakeList(std::vector<Value> items,
                                  SeqKind kind = SeqKind::kList);
@@ -152,13 +154,13 @@ class Interp {
 
   // Statements and expressions (jinja_eval.cc).
   absl::Status ExecBody(const Body& body, const std::shared_ptr<Frame>& frame,
-                        std::string* out);
+                        SpannedText* out);
   absl::StatusOr<Value> Eval(const Expr& e,
                              const std::shared_ptr<Frame>& frame);
   absl::StatusOr<Value> CallMacro(const Stmt& macro,
                                   const std::shared_ptr<Frame>& closure,
                                   CallArgs args);
-  absl::StatusOr<std::string> RunLoop(const Stmt& loop,
+  absl::StatusOr<SpannedText> RunLoop(const Stmt& loop,
                                       std::vector<Value> items,
                                       const std::shared_ptr<Frame>& outer,
                                       int depth0);
@@ -170,15 +172,18 @@ class Interp {
   enum class Flow { kNormal, kBreak, kContinue };
 
   absl::Status Exec(const Stmt& s, const std::shared_ptr<Frame>& frame,
-                    std::string* out);
+                    SpannedText* out);
   absl::Status ExecFor(const Stmt& s, const std::shared_ptr<Frame>& frame,
-                       std::string* out);
+                       SpannedText* out);
   absl::Status ExecCallBlock(const Stmt& s, const std::shared_ptr<Frame>& frame,
-                             std::string* out);
+                             SpannedText* out);
   absl::Status RunLoopInto(const Stmt& loop, std::vector<Value> items,
                            const std::shared_ptr<Frame>& outer, int depth0,
-                           std::string* out);
-  absl::Status Append(std::string* out, std::string_view s);
+                           SpannedText* out);
+  // Output: `s` (template text when `is_literal`); a value as printed (a
+  // string keeps its provenance).
+  absl::Status Append(SpannedText* out, std::string_view s, bool is_literal);
+  absl::Status AppendValue(SpannedText* out, const Value& v);
 
   absl::StatusOr<Value> EvalNode(const Expr& e,
                                  const std::shared_ptr<Frame>& frame);

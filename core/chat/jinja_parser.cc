@@ -844,7 +844,7 @@ class Parser {
           s += cur().text;
           Next();
         }
-        e->value = Value::String(std::move(s));
+        e->value = Value::Literal(std::move(s));
         return e;
       }
       case Tok::kInt:

@@ -397,10 +397,21 @@ Value Value::Float(double f) {
   return v;
 }
 Value Value::String(std::string s, bool safe) {
+  SpannedText text;
+  text.text = std::move(s);
+  return Spanned(std::move(text), safe);
+}
+Value Value::Literal(std::string s) {
+  SpannedText text;
+  if (!s.empty()) text.literal.push_back({0, s.size()});
+  text.text = std::move(s);
+  return Spanned(std::move(text));
+}
+Value Value::Spanned(SpannedText s, bool safe) {
   Value v;
   v.kind_ = Kind::kString;
   v.safe_ = safe;
-  v.ptr_ = std::make_shared<std::string>(std::move(s));
+  v.ptr_ = std::make_shared<SpannedText>(std::move(s));
   return v;
 }
 Value Value::Seq(std::vector<Value> items, SeqKind kind) {

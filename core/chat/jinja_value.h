@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/chat/jinja.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::jinja {
@@ -89,7 +90,12 @@ class Value {
   static Value Bool(bool b);
   static Value Int(int64_t i);
   static Value Float(double f);
+  // Text from the context (or from an untracked operation: SpannedText).
   static Value String(std::string s, bool safe = false);
+  // The template's own text.
+  static Value Literal(std::string s);
+  // Text with its provenance.
+  static Value Spanned(SpannedText s, bool safe = false);
   static Value Seq(std::vector<Value> items, SeqKind kind = SeqKind::kList);
   static Value Range(int64_t start, int64_t stop, int64_t step,
                      std::vector<Value> items);
@@ -119,8 +125,10 @@ class Value {
     return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_);
   }
   // REQUIRES: is_string().
-  const std::string& str() const {
-    return *static_cast<const std::string*>(ptr_.get());
+  const std::string& str() const { return spanned().text; }
+  // REQUIRES: is_string(). The text and where the template's own text lies.
+  const SpannedText& spanned() const {
+    return *static_cast<const SpannedText*>(ptr_.get());
   }
   bool safe() const { return safe_; }
   // REQUIRES: is_list().
@@ -145,7 +153,8 @@ class Value {
   bool safe_ = false;
   int64_t int_ = 0;  // bool, int
   double float_ = 0;
-  // std::string (string, undefined hint), List, Dict or Object.
+  // SpannedText (string), std::string (undefined hint), List, Dict or
+  // Object.
   std::shared_ptr<void> ptr_;
 };
 

@@ -95,13 +95,18 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
   if (options.add_bos && vocab_.add_bos && vocab_.bos_id >= 0) {
     out.push_back(vocab_.bos_id);
   }
+  const bool within = options.parse_special && options.special_ranges;
   const SpecialTokenMatcher& matcher =
       options.parse_special ? special_ : user_defined_;
   if (matcher.empty()) {
     EncodeText(text, out);
     return out;
   }
-  for (const SpecialTokenMatcher::Fragment& f : matcher.Split(text)) {
+  // User-defined tokens are matched everywhere either way.
+  for (const SpecialTokenMatcher::Fragment& f :
+       within
+           ? special_.SplitWithin(text, *options.special_ranges, &user_defined_)
+           : matcher.Split(text)) {
     if (f.id >= 0) {
       out.push_back(f.id);
     } else {

@@ -109,6 +109,41 @@ std::vector<SpecialTokenMatcher::Fragment> SpecialTokenMatcher::Split(
   return out;
 }
 
+std::vector<SpecialTokenMatcher::Fragment> SpecialTokenMatcher::SplitWithin(
+    std::string_view text, const std::vector<ByteRange>& ranges,
+    const SpecialTokenMatcher* outside) const {
+  std::vector<Fragment> out;
+  size_t run_start = 0;  // of the ordinary text not yet emitted
+  size_t r = 0;          // the first range that ends after pos
+  for (size_t pos = 0; pos < text.size();) {
+    while (r < ranges.size() && ranges[r].end <= pos) ++r;
+    std::pair<int32_t, size_t> match{-1, 0};
+    if (r < ranges.size() && ranges[r].begin <= pos &&
+        first_byte_[static_cast<uint8_t>(text[pos])] >= 0) {
+      // Bounded by the range: a text running past it is not matched.
+      match =
+          LongestAt(text.substr(0, std::min(ranges[r].end, text.size())), pos);
+    }
+    if (match.first < 0 && outside != nullptr && !outside->empty() &&
+        outside->first_byte_[static_cast<uint8_t>(text[pos])] >= 0) {
+      match = outside->LongestAt(text, pos);
+    }
+    const auto [id, len] = match;
+    if (id < 0) {
+      ++pos;
+      continue;
+    }
+    if (pos > run_start) {
+      out.push_back({text.substr(run_start, pos - run_start), -1});
+    }
+    out.push_back({text.substr(pos, len), id});
+    pos += len;
+    run_start = pos;
+  }
+  if (run_start < text.size()) out.push_back({text.substr(run_start), -1});
+  return out;
+}
+
 std::vector<bool> EndOfGenerationMask(const Vocab& vocab) {
   std::vector<bool> mask(vocab.tokens.size(), false);
   for (int32_t id : {vocab.eos_id, vocab.eot_id, vocab.eom_id}) {

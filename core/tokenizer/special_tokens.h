@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/vocab.h"
 
 namespace kvserve {
@@ -46,6 +47,13 @@ class SpecialTokenMatcher {
 
   // `text` as fragments (views into `text`) whose concatenation is `text`.
   std::vector<Fragment> Split(std::string_view text) const;
+  // Split(), but this matcher's texts are taken only where they lie wholly
+  // inside one of `ranges` (sorted, disjoint byte ranges of `text`); at other
+  // positions, and where none fits inside, `outside`'s texts are taken
+  // anywhere (none when it is null). EncodeOptions::special_ranges.
+  std::vector<Fragment> SplitWithin(std::string_view text,
+                                    const std::vector<ByteRange>& ranges,
+                                    const SpecialTokenMatcher* outside) const;
 
   bool empty() const { return nodes_.empty(); }
 

@@ -95,7 +95,10 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view text,
   // llama.cpp's is_prev_special: the text's first run (after BOS or not) and
   // every run after a special token take the dummy prefix.
   bool after_special = true;
-  for (const SpecialTokenMatcher::Fragment& f : special_.Split(text)) {
+  for (const SpecialTokenMatcher::Fragment& f :
+       options.special_ranges != nullptr
+           ? special_.SplitWithin(text, *options.special_ranges, nullptr)
+           : special_.Split(text)) {
     if (f.id >= 0) {
       out.push_back(f.id);
       after_special = true;

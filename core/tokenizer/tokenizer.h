@@ -4,12 +4,19 @@
 #ifndef KVSERVE_CORE_TOKENIZER_TOKENIZER_H_
 #define KVSERVE_CORE_TOKENIZER_TOKENIZER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kvserve {
+
+// Bytes [begin, end) of a text.
+struct ByteRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
 
 struct EncodeOptions {
   // Prepend BOS (when the vocabulary has one and the model asks for it).
@@ -22,6 +29,12 @@ struct EncodeOptions {
   // cannot forge control tokens; on for rendered chat templates. (Byte-level
   // BPE matches user-defined tokens either way: bpe_tokenizer.h.)
   bool parse_special = false;
+  // With parse_special: match only the special tokens that lie wholly inside
+  // one of these byte ranges of the text (sorted, disjoint); elsewhere the
+  // text is encoded as without parse_special. nullptr: anywhere. For a text
+  // that mixes a template's own text (the ranges) with a conversation's
+  // (RenderChatPrompt). Not owned; must outlive the Encode call.
+  const std::vector<ByteRange>* special_ranges = nullptr;
 };
 
 class Tokenizer {

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -390,6 +391,61 @@ TEST(JinjaTest, MemoryIsBoundedByBytesBuilt) {
       "{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}");
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(*out, "1024");
+}
+
+// Which bytes of the output are the template's own text (SpannedText).
+std::vector<std::string> LiteralParts(std::string_view source,
+                                      const nlohmann::ordered_json& context,
+                                      const RenderOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<Template>> t = Template::Parse(source);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return {};
+  absl::StatusOr<SpannedText> out = (*t)->RenderSpanned(context, options);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return {};
+  std::vector<std::string> parts;
+  for (const TextRange& r : out->literal) {
+    parts.push_back(out->text.substr(r.begin, r.end - r.begin));
+  }
+  return parts;
+}
+
+TEST(JinjaTest, OutputKnowsTheTemplatesOwnText) {
+  const nlohmann::ordered_json context = nlohmann::ordered_json::parse(
+      R"({"role": "user", "content": "<|im_end|>", "bos": "<s>"})");
+  using ::testing::ElementsAre;
+  // Text, literals, and concatenations of literals with values.
+  EXPECT_THAT(LiteralParts("<a>{{ content }}{{ '<b>' }}x", context),
+              ElementsAre("<a>", "<b>x"));
+  EXPECT_THAT(LiteralParts("{{ '<|im_start|>' + role + '\n' + content + "
+                           "'<|im_end|>' }}",
+                           context),
+              ElementsAre("<|im_start|>", "\n", "<|im_end|>"));
+  EXPECT_THAT(LiteralParts("{{ '<' ~ role ~ 1 ~ '>' }}", context),
+              ElementsAre("<", ">"));
+  // Through set blocks, variables, macros and call blocks.
+  EXPECT_THAT(LiteralParts("{% set x %}[{{ role }}]{% endset %}{% set y = x "
+                           "+ content %}{{ y }}",
+                           context),
+              ElementsAre("[", "]"));
+  EXPECT_THAT(
+      LiteralParts("{% macro m(r) %}<{{ r }}>{% endmacro %}{{ m(role) }}"
+                   "{% macro w() %}({{ caller() }}){% endmacro %}"
+                   "{% call w() %}c{% endcall %}",
+                   context),
+      ElementsAre("<", ">(c)"));
+  // Filters, methods and formatting make context text, even of literals.
+  EXPECT_THAT(LiteralParts("{{ '<b>'|trim }}{{ '<b>'.upper() }}{{ '%s' % 'x' "
+                           "}}{{ ['<b>']|join }}",
+                           context),
+              ElementsAre());
+  // Variables named as literal are the template's.
+  RenderOptions options;
+  options.literal_variables = {"bos"};
+  EXPECT_THAT(
+      LiteralParts("{{ bos }}{{ content }}{{ bos + role }}", context, options),
+      ElementsAre("<s>", "<s>"));
+  EXPECT_THAT(LiteralParts("{{ bos }}", context), ElementsAre());
 }
 
 TEST(JinjaTest, DeepNestingIsAnErrorNotACrash) {

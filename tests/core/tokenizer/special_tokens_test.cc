@@ -51,6 +51,43 @@ Vocab ChatVocab() {
   });
 }
 
+std::vector<std::pair<std::string, int32_t>> SplitWithin(
+    const SpecialTokenMatcher& m, std::string_view text,
+    const std::vector<ByteRange>& ranges, const SpecialTokenMatcher* outside) {
+  std::vector<std::pair<std::string, int32_t>> out;
+  for (const SpecialTokenMatcher::Fragment& f :
+       m.SplitWithin(text, ranges, outside)) {
+    out.emplace_back(std::string(f.text), f.id);
+  }
+  return out;
+}
+
+TEST(SpecialTokenMatcherTest, SplitWithinMatchesOnlyInsideRanges) {
+  const SpecialTokenMatcher m(ChatVocab());
+  const SpecialTokenMatcher user(ChatVocab(),
+                                 SpecialTokenMatcher::Kinds::kUserDefinedOnly);
+  const std::string text = "<|im_start|>u<|im_end|><|im_end|>";
+  // Only the first token's bytes and the last token's are in ranges.
+  EXPECT_THAT(SplitWithin(m, text, {{0, 12}, {23, 33}}, nullptr),
+              ElementsAre(Pair("<|im_start|>", 4), Pair("u<|im_end|>", -1),
+                          Pair("<|im_end|>", 5)));
+  // A token running past its range's end is not matched there (a shorter
+  // one inside it is); the outside matcher's user-defined "<|im" is matched
+  // anywhere.
+  EXPECT_THAT(SplitWithin(m, text, {{0, 11}}, nullptr),
+              ElementsAre(Pair("<|im", 6), Pair(text.substr(4), -1)));
+  EXPECT_THAT(SplitWithin(m, text, {{1, 12}}, nullptr),
+              ElementsAre(Pair(text, -1)));
+  EXPECT_THAT(SplitWithin(m, "<|im_end|>", {}, &user),
+              ElementsAre(Pair("<|im", 6), Pair("_end|>", -1)));
+  EXPECT_THAT(SplitWithin(m, "<|end|>x", {{0, 3}}, &user),
+              ElementsAre(Pair("<|end|>", 10), Pair("x", -1)));
+  // No ranges and no outside matcher: ordinary text.
+  EXPECT_THAT(SplitWithin(m, text, {}, nullptr), ElementsAre(Pair(text, -1)));
+  // Ranges covering everything: Split().
+  EXPECT_EQ(SplitWithin(m, text, {{0, text.size()}}, nullptr), Split(m, text));
+}
+
 TEST(SpecialTokenMatcherTest, SplitsAtWholeTokensLongestFirst) {
   SpecialTokenMatcher m(ChatVocab());
   EXPECT_FALSE(m.empty());
