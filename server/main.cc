@@ -60,6 +60,12 @@ ABSL_FLAG(std::string, weight_dtype, "auto",
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja2 chat template file; overrides the model's "
           "tokenizer.chat_template (a model with neither uses ChatML)");
+ABSL_FLAG(bool, special_tokens_in_content, false,
+          "tokenize control tokens (<|im_start|>, <|eot_id|>) in chat "
+          "messages' content, names and tool calls as control tokens, as "
+          "llama-server, vLLM and transformers do; off: only the chat "
+          "template's own text has control tokens, so an end user's text "
+          "cannot open a system turn");
 ABSL_FLAG(bool, no_mmap, false,
           "read the model file into memory instead of mapping it: the file "
           "may then change or go while served, at the cost of a copy at load "
@@ -352,7 +358,9 @@ int Serve() {
                model->weights->TotalBytes() / 1048576.0,
                model->weights->TypeSummary().c_str());
   absl::StatusOr<ServedChatTemplate> chat =
-      LoadChatTemplate(absl::GetFlag(FLAGS_chat_template), *model);
+      LoadChatTemplate(absl::GetFlag(FLAGS_chat_template), *model,
+                       {.special_tokens_in_content =
+                            absl::GetFlag(FLAGS_special_tokens_in_content)});
   if (!chat.ok()) {
     std::fprintf(stderr, "kvserve: %s\n", chat.status().ToString().c_str());
     return 1;

@@ -24,8 +24,9 @@ absl::StatusOr<LoadedModel> LoadServedModel(const std::string& model_path,
   return LoadRandomModel(BuiltinModelOptions(), weight_dtype);
 }
 
-absl::StatusOr<ServedChatTemplate> LoadChatTemplate(const std::string& path,
-                                                    const LoadedModel& model) {
+absl::StatusOr<ServedChatTemplate> LoadChatTemplate(
+    const std::string& path, const LoadedModel& model,
+    ChatTemplateOptions options) {
   ServedChatTemplate served;
   std::string source;
   if (!path.empty()) {
@@ -45,7 +46,7 @@ absl::StatusOr<ServedChatTemplate> LoadChatTemplate(const std::string& path,
     served.origin = "chatml";
   }
   absl::StatusOr<std::unique_ptr<ChatTemplate>> parsed =
-      CreateChatTemplate(source, *model.tokenizer);
+      CreateChatTemplate(source, *model.tokenizer, options);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the chat template (%s) does not parse: %s",

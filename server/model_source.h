@@ -28,10 +28,12 @@ struct ServedChatTemplate {
 };
 
 // The template chat turns render with: the file `path` when set, else the
-// model's own, else ChatML. A template that does not parse is
+// model's own, else ChatML; `options` say how its renderings are tokenized
+// (--special_tokens_in_content). A template that does not parse is
 // INVALID_ARGUMENT naming where it came from and the error's line.
-absl::StatusOr<ServedChatTemplate> LoadChatTemplate(const std::string& path,
-                                                    const LoadedModel& model);
+absl::StatusOr<ServedChatTemplate> LoadChatTemplate(
+    const std::string& path, const LoadedModel& model,
+    ChatTemplateOptions options = {});
 
 }  // namespace kvserve
 
