@@ -36,6 +36,7 @@
 #include "client/client.h"
 #include "client/proto_json.h"
 #include "core/util/command_line.h"
+#include "core/util/json_depth.h"
 #include "kvserve_build_info.h"
 
 ABSL_FLAG(std::string, addr, "127.0.0.1:50051", "Server address, HOST:PORT.");
@@ -648,6 +649,13 @@ class Commands {
         return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
       data.assign(std::istreambuf_iterator<char>(in),
                   std::istreambuf_iterator<char>());
+    }
+    // Before parsing: dump() and copies recurse (a file nested a million
+    // deep overflowed the stack).
+    if (CheckJsonDepth(data).has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " nests arrays and objects deeper than ",
+                       kMaxJsonDepth, " levels"));
     }
     nlohmann::ordered_json json = nlohmann::ordered_json::parse(
         data, nullptr, /*allow_exceptions=*/false);

@@ -4,7 +4,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/chat/jinja.h"
+#include "core/util/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve {
@@ -19,6 +21,13 @@ namespace {
 // A JSON array field of the input (tool_calls, tools) as template objects.
 absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view json,
                                                       std::string_view where) {
+  // Before parsing: the copies and the conversion to template values
+  // recurse.
+  if (CheckJsonDepth(json).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s nests arrays and objects deeper than %d levels",
+                        where, kMaxJsonDepth));
+  }
   nlohmann::ordered_json parsed =
       nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {

@@ -1,8 +1,10 @@
 #include "server/http/openai_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -13,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "core/text/utf8_stream_decoder.h"
+#include "core/util/json_depth.h"
+#include "core/util/quote.h"
 #include "core/util/status_reason.h"
 #include "server/convert.h"
 
@@ -211,8 +215,8 @@ absl::StatusOr<std::string> ParseContent(const Json& content,
       return absl::InvalidArgumentError(
           absl::StrCat("`", part_name,
                        "` must be a {\"type\": \"text\", \"text\": ...} "
-                       "part, got type \"",
-                       type, "\" (only text is supported)"));
+                       "part, got type ",
+                       QuoteClientText(type), " (only text is supported)"));
     }
     texts.push_back(*std::move(text));
   }
@@ -346,7 +350,45 @@ std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+namespace {
+
+// nlohmann's parse error, with the text it last read (which may be most of
+// a long string) quoted to kMaxQuotedClientBytes.
+std::string BoundedJsonError(absl::string_view what) {
+  constexpr absl::string_view kLastRead = "last read: '";
+  const size_t at = what.find(kLastRead);
+  if (at == absl::string_view::npos) return std::string(what);
+  absl::string_view read = what.substr(at + kLastRead.size());
+  if (!read.empty() && read.back() == '\'') read.remove_suffix(1);
+  return absl::StrCat(what.substr(0, at), "last read: ",
+                      QuoteClientText({read.data(), read.size()}));
+}
+
+// A field name as an error names it: `name`, or quoted when it is long or
+// not a plain identifier.
+std::string FieldName(absl::string_view key) {
+  const bool plain =
+      !key.empty() && key.size() <= kMaxQuotedClientBytes &&
+      std::all_of(key.begin(), key.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
+  return plain ? absl::StrCat("`", key, "`")
+               : QuoteClientText({key.data(), key.size()});
+}
+
+}  // namespace
+
 absl::StatusOr<Json> ParseBody(absl::string_view body) {
+  // Before parsing: what walks the value later (dump, copies, the
+  // template's conversion) recurses.
+  if (std::optional<JsonTooDeep> deep =
+          CheckJsonDepth({body.data(), body.size()})) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s nests arrays and objects deeper than %d levels",
+                        deep->top_key.empty() ? std::string("the request body")
+                                              : FieldName(deep->top_key),
+                        kMaxJsonDepth));
+  }
   Json json;
   try {
     json = Json::parse(body);
@@ -357,8 +399,11 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
     if (size_t end = what.find("] "); end != absl::string_view::npos) {
       what.remove_prefix(end + 2);
     }
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the request body is not valid JSON (byte %d): %s", e.byte, what));
+    // nlohmann's message quotes what it last read, which may be most of a
+    // long string: at most kMaxQuotedClientBytes of it.
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the request body is not valid JSON (byte %d): %s",
+                        e.byte, BoundedJsonError(what)));
   } catch (const Json::exception& e) {
     // Not a parse_error: a number too large for a double ("1e999") is
     // out_of_range.406, which escaped to std::terminate and took the server
@@ -367,8 +412,8 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
     if (size_t end = what.find("] "); end != absl::string_view::npos) {
       what.remove_prefix(end + 2);
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON: ", what));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request body is not valid JSON: ", BoundedJsonError(what)));
   }
   if (!json.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -504,11 +549,11 @@ absl::StatusOr<GenerationRequest> ParseCompletionRequest(
 
 absl::Status CheckModel(absl::string_view requested, absl::string_view served) {
   if (requested.empty() || requested == served) return absl::OkStatus();
-  return WithReason(absl::NotFoundError(absl::StrCat("The model `", requested,
-                                                     "` does not exist (this "
-                                                     "server serves `",
-                                                     served, "`)")),
-                    kReasonModelNotFound);
+  return WithReason(
+      absl::NotFoundError(absl::StrCat(
+          "The model ", QuoteClientText({requested.data(), requested.size()}),
+          " does not exist (this server serves `", served, "`)")),
+      kReasonModelNotFound);
 }
 
 absl::string_view OpenAiFinishReason(FinishReason reason) {

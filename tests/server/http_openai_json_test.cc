@@ -101,6 +101,46 @@ TEST(ParseBodyTest, MalformedJsonNamesThePosition) {
   EXPECT_THAT(body.status().message(), HasSubstr("byte"));
 }
 
+// 100,000 levels in `tools` or `messages[].tool_calls` overflowed the
+// stack in dump() (SIGSEGV); the body is refused before it is parsed.
+TEST(ParseBodyTest, DeepNestingIsRefusedNamingTheField) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  absl::StatusOr<Json> body = ParseBody(
+      R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + deep +
+      "}");
+  EXPECT_EQ(body.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(body.status().message(),
+              HasSubstr("`tools` nests arrays and objects deeper than 512"));
+  body = ParseBody(R"({"messages": [{"role": "assistant", "tool_calls": )" +
+                   deep + "}]}");
+  EXPECT_THAT(body.status().message(), HasSubstr("`messages` nests"));
+  EXPECT_THAT(ParseBody(deep).status().message(),
+              HasSubstr("the request body nests"));
+  // A long or odd key is quoted, to 64 bytes.
+  body = ParseBody("{\"" + std::string(1000, 'k') + "\": " + deep + "}");
+  EXPECT_LT(body.status().message().size(), 200u);
+  // Within the limit: parsed.
+  EXPECT_TRUE(ParseBody("{\"tools\": " + std::string(500, '[') +
+                        std::string(500, ']') + "}")
+                  .ok());
+}
+
+// nlohmann's message quotes what it last read; a 100 KB string gives at
+// most kMaxQuotedClientBytes of it.
+TEST(ParseBodyTest, AMalformedLongStringIsQuotedBriefly) {
+  absl::StatusOr<Json> body =
+      ParseBody("{\"model\": \"" + std::string(100000, 'm'));
+  EXPECT_EQ(body.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(body.status().message().size(), 300u) << body.status().message();
+}
+
+TEST(CheckModelTest, AnUnknownModelIsQuotedBriefly) {
+  const absl::Status s = CheckModel(std::string(100000, 'x'), "served");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(s.message().size(), 200u) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("served"));
+}
+
 TEST(ParseBodyTest, AnythingButAnObjectIsRefused) {
   EXPECT_THAT(ParseBody("[1]").status().message(),
               HasSubstr("must be a JSON object, got array"));

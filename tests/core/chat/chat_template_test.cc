@@ -87,6 +87,32 @@ TEST(ChatTemplateTest, OptionalMessageFieldsAreAbsentUnlessSet) {
       R"([{"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "Oslo", "days": 2}}}])");
 }
 
+// A value nested 100,000 deep overflowed the stack in the copies and the
+// conversion to template values (SIGSEGV); it is refused before parsing.
+TEST(ChatTemplateTest, DeeplyNestedToolsAndToolCallsAreRefused) {
+  std::unique_ptr<ChatTemplate> t =
+      MustCreate("{{ tools | tojson }}{{ messages | tojson }}");
+  ASSERT_NE(t, nullptr);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ChatTemplateInput input = Conversation();
+  input.tools_json = deep;
+  absl::StatusOr<std::string> text = t->Render(input);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(), HasSubstr("tools nests"));
+  EXPECT_THAT(text.status().message(), HasSubstr("512 levels"));
+
+  input = Conversation();
+  input.messages[2].tool_calls_json = deep;
+  text = t->Render(input);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(), HasSubstr("messages[2].tool_calls"));
+
+  // 500 levels are fine.
+  input = Conversation();
+  input.tools_json = std::string(500, '[') + std::string(500, ']');
+  EXPECT_TRUE(t->Render(input).ok());
+}
+
 TEST(ChatTemplateTest, ToolsAreObjects) {
   std::unique_ptr<ChatTemplate> t = MustCreate(
       "{% for tool in tools %}{{ tool.function.name }}:{{ tool | tojson }}"
