@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CMAKE_FLAGS ?=
 RUN_FLAGS ?=
 
-DEPS := cmake make g++ pkg-config clang-format \
+DEPS := cmake make g++ pkg-config clang-format ccache mold \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libxxhash-dev \

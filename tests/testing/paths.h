@@ -8,9 +8,9 @@
 namespace kvserve::testing {
 
 // The shared folder (models, golden outputs) beside the source tree.
-inline std::string SharedDir() { return KVSERVE_SHARED_DIR; }
+std::string SharedDir();
 // build/, where kvserve, kvctl and kvmodel are.
-inline std::string BinDir() { return KVSERVE_BIN_DIR; }
+std::string BinDir();
 
 }  // namespace kvserve::testing
 
