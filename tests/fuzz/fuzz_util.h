@@ -25,12 +25,8 @@
 
 namespace kvserve::fuzz {
 
-// ../shared, or $KVSERVE_SHARED_DIR when set.
-inline std::string SharedPath(std::string_view relative) {
-  const char* env = std::getenv("KVSERVE_SHARED_DIR");
-  std::string dir = env != nullptr ? env : KVSERVE_SHARED_DIR;
-  return dir + "/" + std::string(relative);
-}
+// ../shared, or $KVSERVE_SHARED_DIR when set (fuzz_util.cc).
+std::string SharedPath(std::string_view relative);
 
 // The whole file, or nullopt when it cannot be read.
 inline std::optional<std::string> ReadWholeFile(const std::string& path) {
