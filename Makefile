@@ -43,17 +43,39 @@ build: configure
 run: build
 	./$(BUILD)/kvserve $(RUN_FLAGS)
 
-# Every test: the unit and integration suites, the 60 s load and fault
+# The everyday loop: an incremental release build and the unit and
+# integration suites (no soak, ops, sanitizers, fuzzers or container), on
+# every core.
+SUITES = cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure \
+  -j $(JOBS) --timeout 900 -LE soak
+
+.PHONY: check
+check: build
+	$(SUITES)
+
+# Every test, as CI runs it (.ci/run adds the container): the build, the
+# format check, the unit and integration suites, the 60 s load and fault
 # suite (label soak, alone so that its timings are its own), ops, the TSan
 # suite, the ASan + UBSan suite and a short run of every fuzzer (both on
-# the clang sanitizer build, build-asan/).
-test: build format-check
-	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j 2 --timeout 900 -LE soak
-	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -L soak
-	$(MAKE) --no-print-directory ops-test BUILD=$(BUILD)
-	$(MAKE) --no-print-directory tsan-test
-	$(MAKE) --no-print-directory asan-test
-	$(MAKE) --no-print-directory fuzz-smoke
+# the clang sanitizer build, build-asan/). Each phase is timed
+# (tests/phase_times.sh) and the table printed at the end, or at the phase
+# that failed.
+PHASES ?= $(CURDIR)/$(BUILD)/phase-times.txt
+PHASE = @tests/phase_times.sh $(PHASES)
+SUBMAKE = $(MAKE) --no-print-directory BUILD=$(BUILD)
+test:
+	@rm -f $(PHASES)
+	$(PHASE) deps $(SUBMAKE) deps
+	$(PHASE) build $(SUBMAKE) build
+	$(PHASE) format $(SUBMAKE) format-check
+	$(PHASE) suites sh -c '$(SUITES)'
+	$(PHASE) soak sh -c 'cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -L soak'
+	$(PHASE) ops $(SUBMAKE) ops-test
+	$(PHASE) tsan $(SUBMAKE) tsan-test
+	$(PHASE) asan-build $(SUBMAKE) asan-build
+	$(PHASE) asan $(SUBMAKE) asan-test
+	$(PHASE) fuzz $(SUBMAKE) fuzz-smoke
+	@tests/phase_times.sh $(PHASES) --table
 
 format:
 	clang-format -i $(CXX_FILES)
@@ -76,7 +98,7 @@ debug:
 # libgomp, Abseil and gRPC are not instrumented, so TSan cannot see their
 # synchronization: the code it runs locks with std::mutex, and gRPC's
 # threads are left to ASan and the soak.
-.PHONY: asan-test tsan-test
+.PHONY: asan-build asan-test tsan-test
 SAN_BUILD ?= build-asan
 SAN_ENV := OMP_WAIT_POLICY=passive UBSAN_OPTIONS=print_stacktrace=1
 # allocator_may_return_null: a refused allocation returns null as in
@@ -89,8 +111,10 @@ TSAN_ENV := $(SAN_ENV) OMP_NUM_THREADS=1 TSAN_OPTIONS=second_deadlock_stack=1
 
 asan: asan-test
 
-asan-test: san-configure
+asan-build: san-configure
 	cmake --build $(SAN_BUILD) -j $(JOBS)
+
+asan-test: asan-build
 	cd $(SAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j 2 -LE soak
 
 tsan-test:
