@@ -14,6 +14,7 @@
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
 #include "gtest/gtest.h"
+#include "tests/testing/sanitizers.h"
 
 namespace kvserve {
 namespace {
@@ -21,6 +22,13 @@ namespace {
 constexpr int kLayers = 2;
 constexpr int kLayer = 1;  // the layer under test; layer 0 holds decoys
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Context lengths. Under a sanitizer, which looks for memory errors and not
+// at the numbers, they are shorter but cross the same boundaries: kMid more
+// than a decode run's 256 tokens (kMinRunTokens), kLong more than oneDNN's
+// 1024-token stretch (kStretchTokens). 5000 and 1000 took 6 minutes of the
+// ASan suite; the release suites keep them.
+constexpr int64_t kLong = testing::kSanitizer ? 1100 : 5000;
+constexpr int64_t kMid = testing::kSanitizer ? 300 : 1000;
 
 struct Shape {
   int n_heads;
@@ -277,8 +285,9 @@ std::string ParamName(
 TEST_P(DecodeTest, MixedBatchAndSingleSequences) {
   const Shape shape = GetShape();
   const int bt = shape.block_tokens;
-  const std::vector<int64_t> lengths = {1, bt - 1, bt, bt + 1, 1000, 5000};
-  Cache cache(shape, 2 * 6200, 1234 + shape.head_dim + shape.n_kv_heads);
+  const std::vector<int64_t> lengths = {1, bt - 1, bt, bt + 1, kMid, kLong};
+  Cache cache(shape, 2 * (kLong + kMid + 200),
+              1234 + shape.head_dim + shape.n_kv_heads);
   MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, Path(), Path());
   std::vector<std::pair<int, int64_t>> batch;
   for (int64_t len : lengths) batch.push_back({cache.Add(len), len});
@@ -334,8 +343,12 @@ TEST_P(PrefillTest, ChunksAtOffsets) {
   struct Chunk {
     int64_t start, n_new;
   };
+  // Across oneDNN's 1024-token stretch and its 128-row prefill tile.
+  const Chunk across_stretch =
+      testing::kSanitizer ? Chunk{1020, 9} : Chunk{1000, 70};
+  const Chunk across_tile = testing::kSanitizer ? Chunk{5, 130} : Chunk{5, 300};
   for (Chunk c : {Chunk{0, 1}, Chunk{0, 37}, Chunk{bt - 1, bt + 2},
-                  Chunk{1000, 70}, Chunk{5, 300}}) {
+                  across_stretch, across_tile}) {
     const int seq = cache.Add(c.start + c.n_new);
     std::vector<float> q = cache.Random(c.n_new * row);
     std::vector<float> out(q.size(), kNaN);
@@ -380,8 +393,7 @@ TEST_P(BlockSizesTest, DecodeAndPrefill) {
     Cache cache(shape, 4000, 5 + bt);
     MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, path, path);
     std::vector<std::pair<int, int64_t>> batch;
-    for (int64_t len :
-         {int64_t{1}, int64_t{bt} + 1, int64_t{2} * bt, int64_t{1000}}) {
+    for (int64_t len : {int64_t{1}, int64_t{bt} + 1, int64_t{2} * bt, kMid}) {
       batch.push_back({cache.Add(len), len});
     }
     CheckDecode(cache, *attention, shape, batch);
@@ -389,14 +401,14 @@ TEST_P(BlockSizesTest, DecodeAndPrefill) {
     const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
     std::vector<float> q = cache.Random(37 * row);
     std::vector<float> out(q.size(), kNaN);
-    attention->GqaPrefill(kLayer, cache.View(batch.back().first, 1000), 963, 37,
-                          q.data(), out.data());
+    attention->GqaPrefill(kLayer, cache.View(batch.back().first, kMid),
+                          kMid - 37, 37, q.data(), out.data());
     ErrorNorm err;
     for (int64_t i = 0; i < 37; ++i) {
       for (int h = 0; h < shape.n_heads; ++h) {
         const int64_t at = i * row + int64_t{h} * shape.head_dim;
         err.Add(&out[at],
-                cache.Reference(batch.back().first, 964 + i, h, &q[at]));
+                cache.Reference(batch.back().first, kMid - 36 + i, h, &q[at]));
       }
     }
     EXPECT_LT(err.Relative(), Tolerance(dtype)) << Name(shape);
@@ -433,13 +445,14 @@ TEST_P(WindowTest, DecodeAndPrefillWithinTheWindow) {
   const int bt = 16;
   const Shape shape{8, 2, 64, bt, dtype};
   const int64_t row = int64_t{shape.n_heads} * shape.head_dim;
-  for (int64_t window : {1, 5, bt, bt + 3, 100, 5000}) {
-    Cache cache(shape, 6000, 17 + window);
+  for (int64_t window : {int64_t{1}, int64_t{5}, int64_t{bt}, int64_t{bt} + 3,
+                         int64_t{100}, kLong}) {
+    Cache cache(shape, 2 * kMid + 1000, 17 + window);
     MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape, path, path,
                            static_cast<int>(window));
     std::vector<std::pair<int, int64_t>> batch;
-    for (int64_t len : {int64_t{1}, int64_t{3}, int64_t{bt},
-                        2 * int64_t{bt} + 5, int64_t{1000}}) {
+    for (int64_t len :
+         {int64_t{1}, int64_t{3}, int64_t{bt}, 2 * int64_t{bt} + 5, kMid}) {
       const int seq = cache.Add(len);
       cache.PoisonBefore(seq, len - window);
       batch.push_back({seq, len});
