@@ -43,6 +43,7 @@
 #include "core/model/loader.h"
 #include "core/model/model.h"
 #include "core/util/cpu_features.h"
+#include "core/util/omp_wait.h"
 #include "core/util/status_macros.h"
 
 namespace kvserve {
@@ -398,7 +399,7 @@ int Main(int argc, char** argv) {
     std::string child_flag = "--child";
     args.push_back(child_flag.data());
     args.push_back(nullptr);
-    execv("/proc/self/exe", args.data());
+    ExecSelf(args.data());
     _exit(127);
   }
   int status = 0;

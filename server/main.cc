@@ -472,12 +472,19 @@ int Serve() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second kvserve on the same port
+  // started without error and the kernel split the connections (and so the
+  // sessions) between the two. A port in use is an error, as for metrics.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(listen, security->credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "kvserve: cannot listen on %s\n", listen.c_str());
+    std::fprintf(stderr,
+                 "kvserve: cannot listen on %s (--listen): the address is in "
+                 "use or not this machine's\n",
+                 listen.c_str());
     return 1;
   }
   server->GetHealthCheckService()->SetServingStatus(true);

@@ -12,35 +12,6 @@
 
 namespace kvserve {
 
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kContextFull:
-      return "context_full";
-    case FinishReason::kCancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
-
-absl::Status ValidateGenerateParams(const GenerateParams& p) {
-  if (!p.generate) return absl::OkStatus();
-  if (p.max_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_tokens must be positive, got %d", p.max_tokens));
-  }
-  if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs));
-  }
-  return ValidateSamplingOptions(p.sampling);
-}
-
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const EngineOptions& options, const ModelWeights* weights,
     const Tokenizer* tokenizer, EngineObserver* observer) {
@@ -209,39 +180,6 @@ void Engine::Submit(std::shared_ptr<GenerateCall> call) {
     }
   }
   call->sink()->OnFinish(rejected);
-}
-
-absl::Status Engine::QueueStatusLocked() const {
-  if (draining_ || stopping_) {
-    return absl::UnavailableError("the server is shutting down");
-  }
-  const int64_t queued = submitted_.size() + scheduler_queued_.load() +
-                         preparing_.load() + creating_.load();
-  if (queued < options_.max_queued_requests) return absl::OkStatus();
-  return WithReason(
-      absl::ResourceExhaustedError(absl::StrFormat(
-          "request queue is full: %d requests wait (--max_queued_requests=%d) "
-          "behind at most %d running (--max_running=%d)",
-          queued, options_.max_queued_requests, options_.max_running,
-          options_.max_running)),
-      kReasonQueueFull);
-}
-
-absl::Status Engine::CheckPromptBytes(const Input& input) const {
-  int64_t bytes = 0;
-  if (const auto* text = std::get_if<std::string>(&input)) {
-    bytes = text->size();
-  } else if (const auto* chat = std::get_if<ChatInput>(&input)) {
-    bytes = chat->tools_json.size();
-    for (const ChatMessage& m : chat->messages) {
-      bytes += m.role.size() + m.content.size() + m.name.size() +
-               m.tool_call_id.size() + m.tool_calls_json.size();
-    }
-  }
-  if (bytes <= max_prompt_bytes_) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "the prompt's text is %d bytes, more than --max_prompt_bytes=%d", bytes,
-      max_prompt_bytes_));
 }
 
 void Engine::Loop() {

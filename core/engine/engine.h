@@ -126,6 +126,15 @@ class Engine {
   // queued requests go on to the end.
   void Drain();
 
+  // INVALID_ARGUMENT naming --max_prompt_bytes for a prompt above it: its
+  // text, or a conversation's (every message's fields and the tools).
+  // Thread-safe: the limit is constant after construction. Generate,
+  // Append and CreateSession check it; ApplyChatTemplate's front ends call
+  // it before rendering.
+  absl::Status CheckPromptBytes(const Input& input) const;
+  absl::Status CheckChatBytes(const std::vector<ChatMessage>& messages,
+                              std::string_view tools_json) const;
+
   const ModelConfig& config() const { return weights_->config; }
   int max_context() const { return max_context_; }
   int64_t kv_bytes_per_token() const;
@@ -166,8 +175,6 @@ class Engine {
   // RESOURCE_EXHAUSTED when --max_queued_requests wait; UNAVAILABLE when
   // draining. REQUIRES: mu_ held.
   absl::Status QueueStatusLocked() const;
-  // INVALID_ARGUMENT naming --max_prompt_bytes for a prompt above it.
-  absl::Status CheckPromptBytes(const Input& input) const;
   // RESOURCE_EXHAUSTED when a new session of `owner` would pass
   // --max_sessions or --max_sessions_per_owner.
   absl::Status CheckSessionLimits(std::string_view owner);

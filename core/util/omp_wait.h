@@ -9,6 +9,10 @@
 
 namespace kvserve {
 
+// Executes this program again with `argv` under its own name (returns only
+// if that fails).
+void ExecSelf(char* const* argv);
+
 // When OMP_WAIT_POLICY is unset: sets it to "passive" and re-executes the
 // program with `argv` (returns only if that fails). A value the user set is
 // kept.

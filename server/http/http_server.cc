@@ -1,5 +1,7 @@
 #include "server/http/http_server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -300,6 +302,12 @@ class HttpServer::Handlers {
     if (!body.ok()) return body.status();
     absl::StatusOr<ChatTemplateInput> input = ParseApplyTemplateRequest(*body);
     if (!input.ok()) return input.status();
+    // --max_prompt_bytes, as for a generation, before rendering.
+    if (absl::Status s =
+            deps_.engine->CheckChatBytes(input->messages, input->tools_json);
+        !s.ok()) {
+      return s;
+    }
     absl::StatusOr<ChatPrompt> prompt =
         RenderChatPrompt(*chat_template_, *deps_.tokenizer, *input);
     if (!prompt.ok()) return prompt.status();
@@ -551,6 +559,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(
     return new httplib::ThreadPool(threads);
   };
   server.set_payload_max_length(options.max_body_bytes);
+  // httplib's default options add SO_REUSEPORT, with which a second kvserve
+  // on the same --http_listen started and took half the connections: only
+  // SO_REUSEADDR (a restart may bind while old connections linger).
+  server.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   s->handlers_->Register(server);
 
   // getaddrinfo wants an IPv6 address without its brackets.
@@ -566,7 +581,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(
   }
   if (port <= 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen));
+        absl::StrCat("cannot listen on ", options.listen,
+                     ": the address is in use or not this machine's"));
   }
   s->port_ = port;
   return s;

@@ -77,6 +77,34 @@ TEST_F(ChatServingTest, ApplyChatTemplateRendersChatMlForAModelWithout) {
   EXPECT_FALSE(absl::StrContains(response->text(), "assistant"));
 }
 
+// ApplyChatTemplate rendered whatever it was sent (2.2 MB: a second on a
+// gRPC thread and 580 MB); it applies Generate's --max_prompt_bytes (by
+// default 32 bytes per token of context) before rendering.
+TEST_F(ChatServingTest, ApplyChatTemplateAppliesMaxPromptBytes) {
+  absl::StatusOr<v1::ModelInfo> info = client().GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const size_t limit = 32 * static_cast<size_t>(info->context_length());
+  v1::ApplyChatTemplateRequest request;
+  request.add_messages()->CopyFrom(Message("user", std::string(limit, 'a')));
+  absl::StatusOr<v1::ApplyChatTemplateResponse> response =
+      client().ApplyChatTemplate(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(response.status().message(),
+                        absl::StrCat("more than --max_prompt_bytes=", limit)))
+      << response.status();
+  // Within it: rendered.
+  request.mutable_messages(0)->set_content(std::string(limit - 4, 'a'));
+  EXPECT_TRUE(client().ApplyChatTemplate(request).ok());
+  // The tools count too.
+  request.mutable_messages(0)->set_content("hi");
+  request.set_tools_json("[\"" + std::string(limit, 't') + "\"]");
+  response = client().ApplyChatTemplate(request);
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument)
+      << response.status();
+}
+
 TEST_F(ChatServingTest, ChatTurnEqualsAGenerateOverTheTemplatesTokenIds) {
   const std::vector<v1::ChatMessage> messages = {Message("user", "Tell me")};
   absl::StatusOr<Generated> chat = Chat("", messages);

@@ -25,22 +25,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr char kHttpReadyPrefix[] = "kvserve: HTTP listening on ";
-
 // The port of the "kvserve: HTTP listening on HOST:PORT" line; 0 if none.
-int HttpPort(const ServerProcess& server) {
-  const std::string err = server.stderr_text();
-  const size_t at = err.find(kHttpReadyPrefix);
-  if (at == std::string::npos) return 0;
-  const size_t start = at + std::string(kHttpReadyPrefix).size();
-  const std::string address =
-      err.substr(start, err.find_first_of(" \n", start) - start);
-  int port = 0;
-  if (!absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) {
-    return 0;
-  }
-  return port;
-}
+int HttpPort(const ServerProcess& server) { return server.http_port(); }
 
 struct HttpReply {
   int status = 0;
@@ -459,6 +445,24 @@ TEST_F(HttpApiTest, ApplyTemplateRendersChatMl) {
             {"add_generation_prompt", false}});
   EXPECT_FALSE(absl::StrContains(no_prompt.json["prompt"].get<std::string>(),
                                  "<|im_start|>assistant"));
+}
+
+// /apply-template applies --max_prompt_bytes before rendering, as a chat
+// completion does (it rendered a body of any size).
+TEST_F(HttpApiTest, ApplyTemplateAppliesMaxPromptBytes) {
+  const HttpReply small =
+      Post(port(), "/apply-template",
+           {{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  ASSERT_EQ(small.status, 200) << small.body;
+  const HttpReply big =
+      Post(port(), "/apply-template",
+           // The built-in model's 2048-token context: 65,536 bytes by default
+           // (curl's command line takes at most 128 KiB of it).
+           {{"messages",
+             {{{"role", "user"}, {"content", std::string(70000, 'a')}}}}});
+  EXPECT_EQ(big.status, 400) << big.body;
+  EXPECT_TRUE(absl::StrContains(big.body, "--max_prompt_bytes=65536"))
+      << big.body;
 }
 
 TEST_F(HttpApiTest, SessionsCarryTheConversation) {

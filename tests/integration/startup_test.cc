@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -149,6 +151,75 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> StartCapped(
     options.extra_flags.push_back(flag);
   }
   return ServerProcess::Start(options);
+}
+
+// The first line of /proc/PID/FILE.
+std::string ProcLine(pid_t pid, const char* file) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/", file));
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// kvserve re-executes itself to default OMP_WAIT_POLICY to passive; the
+// re-executed process was named "exe" (exec of /proc/self/exe), so ps, top,
+// pgrep and pidof (README's `kill -HUP $(pidof kvserve)`) missed it.
+TEST(ProcessNameTest, IsKvserveAfterTheWaitPolicyReexecution) {
+  ServerProcess::Options options;
+  options.binary = "/usr/bin/env";
+  options.extra_flags = {"-u", "OMP_WAIT_POLICY", Kvserve()};
+  for (const std::string& flag : TestServerFlags()) {
+    options.extra_flags.push_back(flag);
+  }
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // It did re-execute: the policy is in its environment now.
+  std::ifstream environ(absl::StrCat("/proc/", (*server)->pid(), "/environ"));
+  const std::string env((std::istreambuf_iterator<char>(environ)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_TRUE(
+      absl::StrContains(env, std::string("OMP_WAIT_POLICY=passive\0",
+                                         sizeof("OMP_WAIT_POLICY=passive"))));
+  EXPECT_EQ(ProcLine((*server)->pid(), "comm"), "kvserve");
+  CommandResult pidof = RunTool({"/bin/sh", "-c", "pidof kvserve"});
+  EXPECT_TRUE(absl::StrContains(absl::StrCat(" ", pidof.out),
+                                absl::StrCat(" ", (*server)->pid())))
+      << "pidof kvserve: " << pidof.out;
+}
+
+// gRPC (SO_REUSEPORT by default) and the HTTP server (httplib's default
+// socket options) let a second kvserve start on a running one's ports, and
+// the kernel split the connections, and so the sessions, between them.
+// Each port refuses to start when taken, naming the address.
+TEST(PortTest, ASecondServerOnATakenPortRefusesToStart) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> first =
+      ServerProcess::Start({"--threads=1", "--http_listen=127.0.0.1:0"});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int http = (*first)->http_port();
+  ASSERT_GT(http, 0);
+  const std::string grpc_taken = (*first)->grpc_address();
+  const std::string http_taken = absl::StrCat("127.0.0.1:", http);
+
+  CommandResult grpc = RunTool({Kvserve(), "--threads=1",
+                                "--listen=" + grpc_taken, "--metrics_listen="});
+  EXPECT_TRUE(grpc.status.exited) << grpc.status.ToString();
+  EXPECT_NE(grpc.status.code, 0);
+  EXPECT_TRUE(absl::StrContains(grpc.err, "cannot listen on " + grpc_taken))
+      << grpc.err;
+  EXPECT_FALSE(absl::StrContains(grpc.err, "listening grpc=")) << grpc.err;
+
+  CommandResult http_run =
+      RunTool({Kvserve(), "--threads=1", "--listen=127.0.0.1:0",
+               "--metrics_listen=", "--http_listen=" + http_taken});
+  EXPECT_TRUE(http_run.status.exited) << http_run.status.ToString();
+  EXPECT_NE(http_run.status.code, 0);
+  EXPECT_TRUE(absl::StrContains(http_run.err, "--http_listen")) << http_run.err;
+  EXPECT_TRUE(absl::StrContains(http_run.err, "cannot listen on " + http_taken))
+      << http_run.err;
+  EXPECT_FALSE(absl::StrContains(http_run.err, "listening grpc="))
+      << http_run.err;
+  EXPECT_TRUE((*first)->running());
 }
 
 v1::ModelInfo GetInfo(const ServerProcess& server) {

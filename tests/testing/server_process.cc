@@ -315,6 +315,16 @@ std::string ServerProcess::stderr_text() const {
   return stderr_text_;
 }
 
+int ServerProcess::http_port() const {
+  constexpr char kHttpReady[] = "kvserve: HTTP listening on ";
+  const std::string err = stderr_text();
+  const size_t at = err.find(kHttpReady);
+  if (at == std::string::npos) return 0;
+  const size_t start = at + strlen(kHttpReady);
+  return PortOf(absl::string_view(err).substr(
+      start, err.find_first_of(" \n", start) - start));
+}
+
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          absl::Duration timeout,
                                          const std::vector<std::string>& env) {

@@ -80,6 +80,9 @@ class ServerProcess {
   bool running();
   // What the server wrote to stderr so far.
   std::string stderr_text() const;
+  // The port of its "kvserve: HTTP listening on HOST:PORT" line (with
+  // --http_listen); 0 if there is none.
+  int http_port() const;
 
  private:
   ServerProcess() = default;

@@ -1,0 +1,89 @@
+// What the engine admits: request parameters, the queue's and the
+// prompt's limits. Kept apart from the loop (engine.cc).
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/engine/engine.h"
+#include "core/util/status_reason.h"
+
+namespace kvserve {
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kContextFull:
+      return "context_full";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateGenerateParams(const GenerateParams& p) {
+  if (!p.generate) return absl::OkStatus();
+  if (p.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_tokens must be positive, got %d", p.max_tokens));
+  }
+  if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs));
+  }
+  return ValidateSamplingOptions(p.sampling);
+}
+
+absl::Status Engine::QueueStatusLocked() const {
+  if (draining_ || stopping_) {
+    return absl::UnavailableError("the server is shutting down");
+  }
+  const int64_t queued = submitted_.size() + scheduler_queued_.load() +
+                         preparing_.load() + creating_.load();
+  if (queued < options_.max_queued_requests) return absl::OkStatus();
+  return WithReason(
+      absl::ResourceExhaustedError(absl::StrFormat(
+          "request queue is full: %d requests wait (--max_queued_requests=%d) "
+          "behind at most %d running (--max_running=%d)",
+          queued, options_.max_queued_requests, options_.max_running,
+          options_.max_running)),
+      kReasonQueueFull);
+}
+
+namespace {
+
+absl::Status PromptBytesStatus(int64_t bytes, int64_t max_prompt_bytes) {
+  if (bytes <= max_prompt_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the prompt's text is %d bytes, more than --max_prompt_bytes=%d", bytes,
+      max_prompt_bytes));
+}
+
+}  // namespace
+
+absl::Status Engine::CheckPromptBytes(const Input& input) const {
+  if (const auto* text = std::get_if<std::string>(&input)) {
+    return PromptBytesStatus(text->size(), max_prompt_bytes_);
+  }
+  if (const auto* chat = std::get_if<ChatInput>(&input)) {
+    return CheckChatBytes(chat->messages, chat->tools_json);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CheckChatBytes(const std::vector<ChatMessage>& messages,
+                                    std::string_view tools_json) const {
+  int64_t bytes = tools_json.size();
+  for (const ChatMessage& m : messages) {
+    bytes += m.role.size() + m.content.size() + m.name.size() +
+             m.tool_call_id.size() + m.tool_calls_json.size();
+  }
+  return PromptBytesStatus(bytes, max_prompt_bytes_);
+}
+
+}  // namespace kvserve
