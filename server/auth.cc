@@ -48,7 +48,13 @@ std::optional<Sha256Digest> ParseDigest(absl::string_view hex) {
   return digest;
 }
 
-absl::Status Unauthenticated(absl::string_view why) {
+absl::Status Unauthenticated(absl::string_view why, Authenticator::Via via) {
+  if (via == Authenticator::Via::kHttpHeader) {
+    return absl::UnauthenticatedError(absl::StrFormat(
+        "%s: this server needs the header \"Authorization: Bearer KEY\" on "
+        "every request but GET /health",
+        why));
+  }
   return absl::UnauthenticatedError(absl::StrFormat(
       "%s: this server needs the metadata \"%s: Bearer KEY\" on every "
       "kvserve.v1 call (kvctl --api_key or KVSERVE_API_KEY)",
@@ -174,20 +180,22 @@ absl::Status Authenticator::Reload() {
 
 absl::StatusOr<Caller> Authenticator::Authenticate(
     std::optional<std::string_view> authorization,
-    std::string_view requested_owner) const {
+    std::string_view requested_owner, Via via) const {
+  const char* const field = via == Via::kHttpHeader ? "Authorization header"
+                                                    : "authorization metadata";
   if (!keys_required()) return Caller{std::string(requested_owner), false};
-  if (!authorization.has_value()) return Unauthenticated("missing API key");
+  if (!authorization.has_value())
+    return Unauthenticated("missing API key", via);
   absl::string_view value(authorization->data(), authorization->size());
   constexpr absl::string_view kScheme = "bearer ";
   if (value.size() < kScheme.size() ||
       !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
     return Unauthenticated(
-        absl::StrFormat("the \"%s\" metadata is not \"Bearer KEY\"",
-                        Authenticator::kMetadataKey));
+        absl::StrFormat("the %s is not \"Bearer KEY\"", field), via);
   }
   const absl::string_view key =
       absl::StripAsciiWhitespace(value.substr(kScheme.size()));
-  if (key.empty()) return Unauthenticated("empty API key");
+  if (key.empty()) return Unauthenticated("empty API key", via);
   const Sha256Digest digest = Sha256(std::string_view(key.data(), key.size()));
   // Every entry is compared, in constant time, whatever matched before.
   const std::shared_ptr<const Keys> keys = this->keys();
@@ -197,7 +205,7 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
       match = &entry;
     }
   }
-  if (match == nullptr) return Unauthenticated("the API key is not valid");
+  if (match == nullptr) return Unauthenticated("the API key is not valid", via);
   if (!requested_owner.empty() && requested_owner != match->owner) {
     return absl::PermissionDeniedError(absl::StrFormat(
         "the request names owner %s, which is not its API key's owner: with "

@@ -88,9 +88,11 @@ class Authenticator {
   // With keys: UNAUTHENTICATED for a missing, malformed or unknown key (the
   // message says which, never the key), PERMISSION_DENIED for an
   // `requested_owner` other than the key's.
+  // `via` words the UNAUTHENTICATED message for its protocol.
+  enum class Via { kGrpcMetadata, kHttpHeader };
   absl::StatusOr<Caller> Authenticate(
       std::optional<std::string_view> authorization,
-      std::string_view requested_owner) const;
+      std::string_view requested_owner, Via via = Via::kGrpcMetadata) const;
 
  private:
   using Keys = std::vector<ApiKey>;

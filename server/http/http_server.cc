@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/chat/chat_prompt.h"
+#include "core/util/quote.h"
 #include "core/util/status_reason.h"
 #include "httplib.h"
 #include "server/http/openai_json.h"
@@ -200,7 +201,10 @@ class HttpServer::Handlers {
             return httplib::Server::HandlerResponse::Unhandled;
           std::string message, code;
           if (res.status == 404) {
-            message = absl::StrCat("no route for ", req.method, " ", req.path);
+            // Client text, quoted to 64 bytes (a 100 KB path gave a
+            // 100 KB error).
+            message = absl::StrCat("no route for ", QuoteClientText(req.method),
+                                   " ", QuoteClientText(req.path));
             code = "not_found";
           } else if (res.status == 413) {
             message = absl::StrFormat("the request body exceeds %d bytes",
@@ -260,7 +264,8 @@ class HttpServer::Handlers {
       value = req.get_header_value("Authorization");
       authorization = value;
     }
-    return deps_.auth->Authenticate(authorization, "");
+    return deps_.auth->Authenticate(authorization, "",
+                                    Authenticator::Via::kHttpHeader);
   }
 
   const std::string& model_name() const { return deps_.weights->name; }

@@ -388,6 +388,18 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAisShapeAndStatus) {
               "invalid_argument");
 
   ExpectError(Curl(port(), "GET", "/v1/nothing"), 404, "not_found");
+  // Client text in errors is quoted to 64 bytes: a 6 KB path or model
+  // name came back whole.
+  const HttpReply long_path =
+      Curl(port(), "GET", "/v1/" + std::string(6000, 'p'));
+  ExpectError(long_path, 404, "not_found");
+  EXPECT_LT(long_path.body.size(), 400u) << long_path.body;
+  Json long_model = ChatBody("x", 1);
+  long_model["model"] = std::string(6000, 'm');
+  const HttpReply model_reply =
+      Post(port(), "/v1/chat/completions", long_model);
+  ExpectError(model_reply, 404, "model_not_found");
+  EXPECT_LT(model_reply.body.size(), 400u) << model_reply.body;
   ExpectError(Curl(port(), "POST", "/v1/embeddings", {"--data-binary", "{}"}),
               404, "not_found");
 
@@ -654,6 +666,10 @@ TEST(HttpApiKeysTest, BearerKeysAreRequired) {
   HttpReply r = Post(port, "/v1/chat/completions", body);
   EXPECT_EQ(r.status, 401) << r.body;
   EXPECT_EQ(r.json["error"]["type"], "authentication_error");
+  // It names the HTTP header, not gRPC's metadata or kvctl.
+  EXPECT_TRUE(absl::StrContains(r.body, "Authorization: Bearer KEY")) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, "metadata")) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, "kvctl")) << r.body;
   r = Post(port, "/v1/chat/completions", body,
            {"-H", "Authorization: Bearer wrong-key"});
   EXPECT_EQ(r.status, 401) << r.body;

@@ -161,6 +161,23 @@ TEST_F(AuthenticatorTest, MissingMalformedOrWrongKeysAreUnauthenticated) {
   }
 }
 
+// Over HTTP the message names the Authorization header (it spoke of gRPC
+// metadata and kvctl).
+TEST_F(AuthenticatorTest, HttpMessagesNameTheAuthorizationHeader) {
+  for (std::optional<std::string_view> authorization :
+       {std::optional<std::string_view>(),
+        std::optional<std::string_view>("Basic YWxpY2U6eA==")}) {
+    absl::StatusOr<Caller> caller =
+        auth_->Authenticate(authorization, "", Authenticator::Via::kHttpHeader);
+    ASSERT_FALSE(caller.ok());
+    EXPECT_EQ(caller.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(caller.status().message(),
+                HasSubstr("\"Authorization: Bearer KEY\""));
+    EXPECT_THAT(caller.status().message(), Not(HasSubstr("metadata")));
+    EXPECT_THAT(caller.status().message(), Not(HasSubstr("kvctl")));
+  }
+}
+
 TEST_F(AuthenticatorTest, ReloadPicksUpNewKeysAndDropsRemovedOnes) {
   Write(Line("bob", "bob-key"));
   ASSERT_TRUE(auth_->Reload().ok());
