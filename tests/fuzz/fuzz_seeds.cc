@@ -284,6 +284,17 @@ void RequestSeeds() {
   Write("request_handlers", "stateless",
         call(kGenerate, chat) + call(kTokenize, tok) +
             call(kDetokenize, detok) + call(kApplyChatTemplate, apply));
+  // Deep JSON (tools_json nested 100,000 deep overflowed the stack): within
+  // the 512 limit and past it. The last call takes the rest of the input,
+  // so its length byte is only a placeholder.
+  for (int depth : {500, 600}) {
+    v1::ApplyChatTemplateRequest deep;
+    *deep.add_messages() = *msg;
+    deep.set_tools_json(std::string(depth, '[') + std::string(depth, ']'));
+    Write("request_handlers", "deep-tools-" + std::to_string(depth),
+          std::string(1, static_cast<char>(kApplyChatTemplate)) + '\xff' +
+              deep.SerializeAsString());
+  }
   Write("request_handlers", "info",
         call(kGetModelInfo, v1::GetModelInfoRequest()) +
             call(kListSessions, v1::ListSessionsRequest()) +
