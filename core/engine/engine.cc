@@ -173,7 +173,8 @@ void Engine::Submit(std::shared_ptr<GenerateCall> call) {
     std::unique_lock<std::mutex> lock(mu_);
     rejected = QueueStatusLocked();
     if (rejected.ok()) {
-      submitted_.emplace_back(std::move(call), absl::Now());
+      submitted_.push_back(
+          Submitted{std::move(call), absl::Now(), TakeQueueSlotLocked()});
       lock.unlock();
       wake_.notify_one();
       return;
@@ -187,7 +188,7 @@ void Engine::Loop() {
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
   while (true) {
     std::deque<absl::AnyInvocable<void() &&>> commands;
-    std::deque<std::pair<std::shared_ptr<GenerateCall>, absl::Time>> calls;
+    std::deque<Submitted> calls;
     bool stop;
     {
       const bool idle = scheduler_->idle();
@@ -200,7 +201,7 @@ void Engine::Loop() {
       stop = stopping_;
     }
     for (auto& command : commands) std::move(command)();
-    for (auto& [call, submitted] : calls) Enqueue(std::move(call), submitted);
+    for (Submitted& submitted : calls) Enqueue(std::move(submitted));
     if (stop) break;
     const absl::Time now = absl::Now();
     if (now >= next_expiry_check_) {
@@ -211,7 +212,6 @@ void Engine::Loop() {
       next_expiry_check_ = now + absl::Seconds(1);
     }
     scheduler_->Admit();
-    scheduler_queued_.store(scheduler_->num_queued());
     if (scheduler_->num_running() > 0) Step();
     // Counting sessions by tier walks the store: not on every decode step.
     if (scheduler_->num_running() == 0 || now >= next_stats_) {
@@ -252,7 +252,8 @@ void Engine::RunQueuedCommands() {
   }
 }
 
-void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
+void Engine::Enqueue(Submitted submitted) {
+  std::shared_ptr<GenerateCall> call = std::move(submitted.call);
   const GenerateParams& p = call->params();
   Session* session;
   if (p.session_id.empty()) {
@@ -260,9 +261,15 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
     session->ephemeral = true;
   } else {
     absl::StatusOr<Session*> found = tiers_->Find(p.session_id, p.owner);
-    if (!found.ok()) return call->sink()->OnFinish(found.status());
+    // A request gives its queue place back before its client hears that
+    // it ended (and may send the next one).
+    if (!found.ok()) {
+      submitted.queue_slot.reset();
+      return call->sink()->OnFinish(found.status());
+    }
     session = *found;
     if (session->busy) {
+      submitted.queue_slot.reset();
       return call->sink()->OnFinish(absl::FailedPreconditionError(
           absl::StrFormat("session %s is busy with another Generate or Append",
                           session->id)));
@@ -271,14 +278,15 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
   // Busy while its input is prepared: nothing else changes the session.
   session->busy = true;
   if (std::holds_alternative<std::vector<int32_t>>(p.prompt)) {
-    return Continue(std::move(call), session->id, submitted,
-                    std::vector<int32_t>());
+    return Continue(std::move(call), session->id, submitted.time,
+                    std::move(submitted.queue_slot), std::vector<int32_t>());
   }
   // Text is tokenized, and a conversation rendered and tokenized, on the
   // prep thread: a long prompt does not stall the running sequences.
   PrepTask task{.call = std::move(call),
                 .session_id = session->id,
-                .submitted = submitted,
+                .submitted = submitted.time,
+                .queue_slot = std::move(submitted.queue_slot),
                 .fresh = session->tokens.empty()};
   if (const auto* chat = std::get_if<ChatInput>(&task.call->params().prompt)) {
     task.render.messages = session->messages;
@@ -287,14 +295,12 @@ void Engine::Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted) {
     task.render.add_generation_prompt = task.call->params().generate;
     task.render.tools_json = chat->tools_json;
   }
-  preparing_.fetch_add(1);
   prep_->Post([this, task = std::move(task)]() mutable {
     absl::StatusOr<std::vector<int32_t>> tokens = Prepare(task);
     RunOnEngineThread(
         [this, task = std::move(task), tokens = std::move(tokens)]() mutable {
-          preparing_.fetch_sub(1);
           Continue(std::move(task.call), task.session_id, task.submitted,
-                   std::move(tokens));
+                   std::move(task.queue_slot), std::move(tokens));
         });
   });
 }
@@ -318,16 +324,19 @@ absl::StatusOr<std::vector<int32_t>> Engine::Prepare(
 
 void Engine::Continue(std::shared_ptr<GenerateCall> call,
                       const std::string& session_id, absl::Time submitted,
+                      std::shared_ptr<void> queue_slot,
                       absl::StatusOr<std::vector<int32_t>> prepared) {
   const GenerateParams& p = call->params();
   Session* session = sessions_->Get(session_id);
   if (session == nullptr) {  // not expected: a busy session stays
+    queue_slot.reset();
     return call->sink()->OnFinish(
         absl::NotFoundError(absl::StrFormat("session %s is gone", session_id)));
   }
   session->busy = false;
   auto fail = [&](absl::Status status) {
     if (session->ephemeral) sessions_->Delete(session->id);
+    queue_slot.reset();
     call->sink()->OnFinish(std::move(status));
   };
   if (stopped_)
@@ -396,6 +405,7 @@ void Engine::Continue(std::shared_ptr<GenerateCall> call,
   session->busy = true;
   session->last_used = absl::Now();
   auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
+  seq->queue_slot = std::move(queue_slot);
   seq->history_before = keep;
   seq->replaced = std::move(replaced);
   seq->messages_before = messages_before;
@@ -476,6 +486,7 @@ std::optional<FinishReason> Engine::EmitToken(Sequence& seq, int32_t token,
 }
 
 void Engine::Finish(std::unique_ptr<Sequence> seq) {
+  seq->queue_slot.reset();  // one never admitted (cancelled, failed)
   Session& s = *seq->session;
   seq->session = nullptr;
   if (seq->outcome->ok() && **seq->outcome != FinishReason::kStop) {

@@ -179,23 +179,38 @@ class Engine {
   // --max_sessions or --max_sessions_per_owner.
   absl::Status CheckSessionLimits(std::string_view owner);
 
+  // A place in the request queue (--max_queued_requests), taken when a
+  // request is accepted and released when it is first admitted to run or
+  // ends, wherever it is then (submitted_, the prep thread, the scheduler's
+  // queue): the queue's length is the number of places held (queued_).
+  // REQUIRES: mu_ held and QueueStatusLocked() ok.
+  std::shared_ptr<void> TakeQueueSlotLocked();
+
+  // A Submit() the engine thread has not taken yet.
+  struct Submitted {
+    std::shared_ptr<GenerateCall> call;
+    absl::Time time;
+    std::shared_ptr<void> queue_slot;
+  };
   // A request's input on its way to the prep thread.
   struct PrepTask {
     std::shared_ptr<GenerateCall> call;
     std::string session_id;
     absl::Time submitted;
+    std::shared_ptr<void> queue_slot;
     bool fresh = false;          // the session is empty: BOS, dummy prefix
     ChatTemplateInput render{};  // a chat turn: the whole conversation
   };
   // Resolves the call's session and marks it busy; its text is tokenized
   // (or its conversation rendered) on the prep thread, then Continue runs.
-  void Enqueue(std::shared_ptr<GenerateCall> call, absl::Time submitted);
+  void Enqueue(Submitted submitted);
   // On the prep thread: the text's tokens, or the whole rendering's.
   absl::StatusOr<std::vector<int32_t>> Prepare(const PrepTask& task) const;
   // Appends the turn's input to the session's history and queues it with
   // the scheduler (or finishes it with the reason it cannot run).
   void Continue(std::shared_ptr<GenerateCall> call,
                 const std::string& session_id, absl::Time submitted,
+                std::shared_ptr<void> queue_slot,
                 absl::StatusOr<std::vector<int32_t>> prepared);
   // One step: plan, forward, sample and emit, retire.
   void Step();
@@ -221,6 +236,9 @@ class Engine {
   const ModelWeights* const weights_;
   const Tokenizer* const tokenizer_;
   EngineObserver* const observer_;
+  // Queue places held (TakeQueueSlotLocked); first, so that it outlives
+  // every member that may hold a place.
+  std::atomic<int64_t> queued_{0};
   int max_context_ = 0;
   int64_t max_prompt_bytes_ = 0;
   std::unique_ptr<PrepWorker> prep_;
@@ -244,17 +262,9 @@ class Engine {
   std::mutex mu_;
   std::condition_variable wake_;  // the engine thread waits for work here
   std::deque<absl::AnyInvocable<void() &&>> commands_;
-  // Submit()s the engine thread has not taken yet.
-  std::deque<std::pair<std::shared_ptr<GenerateCall>, absl::Time>> submitted_;
+  std::deque<Submitted> submitted_;
   bool draining_ = false;
   bool stopping_ = false;
-  // The scheduler's num_queued() as of the engine thread's last look; with
-  // submitted_ it is what --max_queued_requests limits.
-  std::atomic<int64_t> scheduler_queued_{0};
-  // Requests whose input the prep thread holds, and CreateSessions whose
-  // initial prefill is not queued yet: they wait like the others.
-  std::atomic<int64_t> preparing_{0};
-  std::atomic<int64_t> creating_{0};
 
   std::atomic<std::thread::id> engine_thread_;  // set first thing in Loop()
   std::thread thread_;

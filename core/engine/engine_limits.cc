@@ -1,5 +1,6 @@
 // What the engine admits: request parameters, the queue's and the
 // prompt's limits. Kept apart from the loop (engine.cc).
+#include <memory>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -43,8 +44,7 @@ absl::Status Engine::QueueStatusLocked() const {
   if (draining_ || stopping_) {
     return absl::UnavailableError("the server is shutting down");
   }
-  const int64_t queued = submitted_.size() + scheduler_queued_.load() +
-                         preparing_.load() + creating_.load();
+  const int64_t queued = queued_.load();
   if (queued < options_.max_queued_requests) return absl::OkStatus();
   return WithReason(
       absl::ResourceExhaustedError(absl::StrFormat(
@@ -84,6 +84,12 @@ absl::Status Engine::CheckChatBytes(const std::vector<ChatMessage>& messages,
              m.tool_call_id.size() + m.tool_calls_json.size();
   }
   return PromptBytesStatus(bytes, max_prompt_bytes_);
+}
+
+std::shared_ptr<void> Engine::TakeQueueSlotLocked() {
+  queued_.fetch_add(1);
+  return std::shared_ptr<void>(nullptr,
+                               [this](void*) { queued_.fetch_sub(1); });
 }
 
 }  // namespace kvserve

@@ -111,11 +111,9 @@ void Engine::CreateSession(CreateSessionParams params,
     if (rejected.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       rejected = QueueStatusLocked();
-      if (rejected.ok()) creating_.fetch_add(1);
+      if (rejected.ok()) slot = TakeQueueSlotLocked();
     }
     if (!rejected.ok()) return std::move(done)(rejected);
-    slot = std::shared_ptr<void>(nullptr,
-                                 [this](void*) { creating_.fetch_sub(1); });
   }
   if (!params.ttl.has_value()) params.ttl = options_.default_ttl;
   Post([this, params = std::move(params), done = std::move(done),
@@ -166,7 +164,9 @@ void Engine::CreateSession(CreateSessionParams params,
           std::move(done)(absl::InternalError(absl::StrFormat(
               "session %s: the initial prefill returned no session", id)));
         });
-    Enqueue(std::make_shared<GenerateCall>(std::move(gp), sink), absl::Now());
+    // The prefill keeps the place until the scheduler admits it.
+    Enqueue(Submitted{std::make_shared<GenerateCall>(std::move(gp), sink),
+                      absl::Now(), std::move(slot)});
   });
 }
 

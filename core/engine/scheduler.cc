@@ -32,6 +32,7 @@ void Scheduler::Admit() {
     std::unique_ptr<Sequence> seq = std::move(waiting_.front());
     waiting_.pop_front();
     if (!seq->started) {
+      seq->queue_slot.reset();  // no longer queued
       const absl::Time now = absl::Now();
       seq->admitted = now;
       if (observer_) {

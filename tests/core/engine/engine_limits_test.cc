@@ -1,6 +1,7 @@
 // The engine's limits (each refusal names its flag and value) and its prep
 // thread: text is tokenized off the engine thread, so a slow tokenization
 // does not stop other requests.
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/engine/engine.h"
 #include "gmock/gmock.h"
@@ -131,6 +133,85 @@ TEST_F(EngineLimitsTest, TheDefaultPromptLimitFollowsTheContext) {
   ASSERT_FALSE(over.ok());
   EXPECT_THAT(over.status().message(),
               HasSubstr(absl::StrFormat("--max_prompt_bytes=%d", limit)));
+}
+
+// The "N requests wait" of a queue-full refusal.
+int64_t Waiting(const absl::Status& s) {
+  int64_t n = -1;
+  const absl::string_view m = s.message();
+  const size_t at = m.find(": ");
+  const size_t end = m.find(" requests wait");
+  if (at == absl::string_view::npos || end == absl::string_view::npos ||
+      !absl::SimpleAtoi(m.substr(at + 2, end - at - 2), &n)) {
+    ADD_FAILURE() << "no count in: " << s;
+  }
+  return n;
+}
+
+// A request holds its queue place from Submit until the scheduler first
+// admits it, wherever it is meanwhile: one counter, no gap. Requests taken
+// by the engine thread but not yet handed to the prep thread or the
+// scheduler were counted nowhere, so 1,000 concurrent Generates against
+// --max_queued_requests=256 were refused saying "330 requests wait".
+TEST_F(EngineLimitsTest, TheQueueNeverHoldsMoreThanItsLimit) {
+  EngineOptions options;
+  options.max_queued_requests = 8;
+  options.max_running = 1;
+  Start(options);
+  std::atomic<int64_t> most_waiting{0};
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::unique_ptr<WaitingSink>> sinks;
+      for (int i = 0; i < 150; ++i) {
+        sinks.push_back(Submit("", absl::StrFormat("t%d request %d", t, i), 1));
+      }
+      for (auto& sink : sinks) {
+        absl::StatusOr<GenerateResult> r = sink->Wait();
+        if (r.ok()) {
+          accepted.fetch_add(1);
+        } else if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+          int64_t n = Waiting(r.status());
+          int64_t seen = most_waiting.load();
+          while (n > seen && !most_waiting.compare_exchange_weak(seen, n)) {
+          }
+        } else {
+          ADD_FAILURE() << r.status();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(accepted.load(), 0);
+  EXPECT_LE(most_waiting.load(), 8);
+}
+
+// Places are given back however a request ends: a queue filled by
+// requests held in the prep thread refuses the next one, and once they
+// finish the same number is accepted again.
+TEST_F(EngineLimitsTest, QueuePlacesAreGivenBackWhenRequestsEnd) {
+  GatedTokenizer gated(loaded_->tokenizer.get());
+  EngineOptions options;
+  options.max_queued_requests = 3;
+  Start(options, &gated);
+  std::vector<std::unique_ptr<WaitingSink>> held;
+  held.push_back(Submit("", "slow"));
+  gated.WaitEntered();
+  held.push_back(Submit("", "a"));
+  held.push_back(Submit("", "b"));
+  absl::StatusOr<GenerateResult> refused = Submit("", "c")->Wait();
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Waiting(refused.status()), 3);
+  gated.Release();
+  for (auto& sink : held) EXPECT_TRUE(sink->Wait().ok());
+  // A failing request gives its place back too.
+  EXPECT_FALSE(Submit("no-such-session", "x")->Wait().ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<WaitingSink>> again;
+    for (int i = 0; i < 3; ++i) again.push_back(Submit("", "d"));
+    for (auto& sink : again) EXPECT_TRUE(sink->Wait().ok());
+  }
 }
 
 TEST_F(EngineLimitsTest, ACreateSessionPrefillWaitsInTheRequestQueue) {
