@@ -173,14 +173,14 @@ void Engine::Submit(std::shared_ptr<GenerateCall> call) {
     std::unique_lock<std::mutex> lock(mu_);
     rejected = QueueStatusLocked();
     if (rejected.ok()) {
-      submitted_.push_back(
-          Submitted{std::move(call), absl::Now(), TakeQueueSlotLocked()});
+      call->HoldQueuePlace(TakeQueuePlaceLocked());
+      submitted_.push_back(Submitted{std::move(call), absl::Now()});
       lock.unlock();
       wake_.notify_one();
       return;
     }
   }
-  call->sink()->OnFinish(rejected);
+  call->Finish(rejected);
 }
 
 void Engine::Loop() {
@@ -261,32 +261,24 @@ void Engine::Enqueue(Submitted submitted) {
     session->ephemeral = true;
   } else {
     absl::StatusOr<Session*> found = tiers_->Find(p.session_id, p.owner);
-    // A request gives its queue place back before its client hears that
-    // it ended (and may send the next one).
-    if (!found.ok()) {
-      submitted.queue_slot.reset();
-      return call->sink()->OnFinish(found.status());
-    }
+    if (!found.ok()) return call->Finish(found.status());
     session = *found;
     if (session->busy) {
-      submitted.queue_slot.reset();
-      return call->sink()->OnFinish(absl::FailedPreconditionError(
-          absl::StrFormat("session %s is busy with another Generate or Append",
-                          session->id)));
+      return call->Finish(absl::FailedPreconditionError(absl::StrFormat(
+          "session %s is busy with another Generate or Append", session->id)));
     }
   }
   // Busy while its input is prepared: nothing else changes the session.
   session->busy = true;
   if (std::holds_alternative<std::vector<int32_t>>(p.prompt)) {
     return Continue(std::move(call), session->id, submitted.time,
-                    std::move(submitted.queue_slot), std::vector<int32_t>());
+                    std::vector<int32_t>());
   }
   // Text is tokenized, and a conversation rendered and tokenized, on the
   // prep thread: a long prompt does not stall the running sequences.
   PrepTask task{.call = std::move(call),
                 .session_id = session->id,
                 .submitted = submitted.time,
-                .queue_slot = std::move(submitted.queue_slot),
                 .fresh = session->tokens.empty()};
   if (const auto* chat = std::get_if<ChatInput>(&task.call->params().prompt)) {
     task.render.messages = session->messages;
@@ -300,7 +292,7 @@ void Engine::Enqueue(Submitted submitted) {
     RunOnEngineThread(
         [this, task = std::move(task), tokens = std::move(tokens)]() mutable {
           Continue(std::move(task.call), task.session_id, task.submitted,
-                   std::move(task.queue_slot), std::move(tokens));
+                   std::move(tokens));
         });
   });
 }
@@ -324,20 +316,17 @@ absl::StatusOr<std::vector<int32_t>> Engine::Prepare(
 
 void Engine::Continue(std::shared_ptr<GenerateCall> call,
                       const std::string& session_id, absl::Time submitted,
-                      std::shared_ptr<void> queue_slot,
                       absl::StatusOr<std::vector<int32_t>> prepared) {
   const GenerateParams& p = call->params();
   Session* session = sessions_->Get(session_id);
   if (session == nullptr) {  // not expected: a busy session stays
-    queue_slot.reset();
-    return call->sink()->OnFinish(
+    return call->Finish(
         absl::NotFoundError(absl::StrFormat("session %s is gone", session_id)));
   }
   session->busy = false;
   auto fail = [&](absl::Status status) {
     if (session->ephemeral) sessions_->Delete(session->id);
-    queue_slot.reset();
-    call->sink()->OnFinish(std::move(status));
+    call->Finish(std::move(status));
   };
   if (stopped_)
     return fail(absl::UnavailableError("the server is shutting down"));
@@ -405,7 +394,6 @@ void Engine::Continue(std::shared_ptr<GenerateCall> call,
   session->busy = true;
   session->last_used = absl::Now();
   auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
-  seq->queue_slot = std::move(queue_slot);
   seq->history_before = keep;
   seq->replaced = std::move(replaced);
   seq->messages_before = messages_before;
@@ -486,7 +474,6 @@ std::optional<FinishReason> Engine::EmitToken(Sequence& seq, int32_t token,
 }
 
 void Engine::Finish(std::unique_ptr<Sequence> seq) {
-  seq->queue_slot.reset();  // one never admitted (cancelled, failed)
   Session& s = *seq->session;
   seq->session = nullptr;
   if (seq->outcome->ok() && **seq->outcome != FinishReason::kStop) {
@@ -502,7 +489,7 @@ void Engine::Finish(std::unique_ptr<Sequence> seq) {
   if (s.ephemeral) {
     absl::StatusOr<GenerateResult> result = Result(*seq, s);
     sessions_->Delete(s.id);
-    return seq->call->sink()->OnFinish(std::move(result));
+    return seq->call->Finish(std::move(result));
   }
   // The session stays busy, and the reply waits, until the turn is on disk.
   tiers_->Log(
@@ -510,9 +497,8 @@ void Engine::Finish(std::unique_ptr<Sequence> seq) {
                          seq = std::move(seq)](absl::Status logged) mutable {
         Session* s = sessions_->Get(id);
         if (s == nullptr) {
-          return seq->call->sink()->OnFinish(
-              absl::NotFoundError(absl::StrFormat(
-                  "session %s was removed before its turn was written", id)));
+          return seq->call->Finish(absl::NotFoundError(absl::StrFormat(
+              "session %s was removed before its turn was written", id)));
         }
         if (!logged.ok()) {
           // What is on disk is the history before this turn; so is memory.
@@ -525,7 +511,7 @@ void Engine::Finish(std::unique_ptr<Sequence> seq) {
           }
         }
         absl::StatusOr<GenerateResult> result = Result(*seq, *s);
-        seq->call->sink()->OnFinish(std::move(result));
+        seq->call->Finish(std::move(result));
       }));
 }
 

@@ -179,25 +179,24 @@ class Engine {
   // --max_sessions or --max_sessions_per_owner.
   absl::Status CheckSessionLimits(std::string_view owner);
 
-  // A place in the request queue (--max_queued_requests), taken when a
-  // request is accepted and released when it is first admitted to run or
-  // ends, wherever it is then (submitted_, the prep thread, the scheduler's
-  // queue): the queue's length is the number of places held (queued_).
-  // REQUIRES: mu_ held and QueueStatusLocked() ok.
-  std::shared_ptr<void> TakeQueueSlotLocked();
+  // A place in the request queue (--max_queued_requests): taken when a
+  // request is accepted, held by its GenerateCall (HoldQueuePlace) wherever
+  // it is (submitted_, the prep thread, the scheduler's queue) and given
+  // back when it is first admitted or ends. The queue's length is the
+  // number of places held (queued_). REQUIRES: mu_ held and
+  // QueueStatusLocked() ok.
+  std::shared_ptr<void> TakeQueuePlaceLocked();
 
   // A Submit() the engine thread has not taken yet.
   struct Submitted {
     std::shared_ptr<GenerateCall> call;
     absl::Time time;
-    std::shared_ptr<void> queue_slot;
   };
   // A request's input on its way to the prep thread.
   struct PrepTask {
     std::shared_ptr<GenerateCall> call;
     std::string session_id;
     absl::Time submitted;
-    std::shared_ptr<void> queue_slot;
     bool fresh = false;          // the session is empty: BOS, dummy prefix
     ChatTemplateInput render{};  // a chat turn: the whole conversation
   };
@@ -210,7 +209,6 @@ class Engine {
   // the scheduler (or finishes it with the reason it cannot run).
   void Continue(std::shared_ptr<GenerateCall> call,
                 const std::string& session_id, absl::Time submitted,
-                std::shared_ptr<void> queue_slot,
                 absl::StatusOr<std::vector<int32_t>> prepared);
   // One step: plan, forward, sample and emit, retire.
   void Step();
@@ -236,7 +234,7 @@ class Engine {
   const ModelWeights* const weights_;
   const Tokenizer* const tokenizer_;
   EngineObserver* const observer_;
-  // Queue places held (TakeQueueSlotLocked); first, so that it outlives
+  // Queue places held (TakeQueuePlaceLocked); first, so that it outlives
   // every member that may hold a place.
   std::atomic<int64_t> queued_{0};
   int max_context_ = 0;

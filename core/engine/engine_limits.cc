@@ -86,7 +86,7 @@ absl::Status Engine::CheckChatBytes(const std::vector<ChatMessage>& messages,
   return PromptBytesStatus(bytes, max_prompt_bytes_);
 }
 
-std::shared_ptr<void> Engine::TakeQueueSlotLocked() {
+std::shared_ptr<void> Engine::TakeQueuePlaceLocked() {
   queued_.fetch_add(1);
   return std::shared_ptr<void>(nullptr,
                                [this](void*) { queued_.fetch_sub(1); });

@@ -111,7 +111,7 @@ void Engine::CreateSession(CreateSessionParams params,
     if (rejected.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       rejected = QueueStatusLocked();
-      if (rejected.ok()) slot = TakeQueueSlotLocked();
+      if (rejected.ok()) slot = TakeQueuePlaceLocked();
     }
     if (!rejected.ok()) return std::move(done)(rejected);
   }
@@ -165,8 +165,9 @@ void Engine::CreateSession(CreateSessionParams params,
               "session %s: the initial prefill returned no session", id)));
         });
     // The prefill keeps the place until the scheduler admits it.
-    Enqueue(Submitted{std::make_shared<GenerateCall>(std::move(gp), sink),
-                      absl::Now(), std::move(slot)});
+    auto call = std::make_shared<GenerateCall>(std::move(gp), sink);
+    call->HoldQueuePlace(std::move(slot));
+    Enqueue(Submitted{std::move(call), absl::Now()});
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -110,7 +111,8 @@ struct GenerateParams {
 };
 
 // One Generate or Append in flight. The server keeps it alive until
-// OnFinish; Cancel() may be called from any thread.
+// OnFinish; Cancel() may be called from any thread, the rest from the
+// engine's.
 class GenerateCall {
  public:
   GenerateCall(GenerateParams params, TokenSink* sink)
@@ -120,10 +122,25 @@ class GenerateCall {
   const GenerateParams& params() const { return params_; }
   TokenSink* sink() const { return sink_; }
 
+  // The engine's request queue (--max_queued_requests): the call holds its
+  // place, an object whose destruction gives the place back, from when it
+  // is accepted until it is first admitted to run (LeaveQueue) or ends.
+  void HoldQueuePlace(std::shared_ptr<void> place) {
+    queue_place_ = std::move(place);
+  }
+  void LeaveQueue() { queue_place_.reset(); }
+  // Ends the call: gives back its queue place, then tells the sink (whose
+  // client may send the next request at once).
+  void Finish(absl::StatusOr<GenerateResult> result) {
+    LeaveQueue();
+    sink_->OnFinish(std::move(result));
+  }
+
  private:
   const GenerateParams params_;
   TokenSink* const sink_;
   std::atomic<bool> cancelled_{false};
+  std::shared_ptr<void> queue_place_;
 };
 
 }  // namespace kvserve

@@ -21,18 +21,13 @@ void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   waiting_.push_back(std::move(seq));
 }
 
-int64_t Scheduler::num_queued() const {
-  return std::count_if(waiting_.begin(), waiting_.end(),
-                       [](const auto& seq) { return !seq->started; });
-}
-
 void Scheduler::Admit() {
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_running) {
     std::unique_ptr<Sequence> seq = std::move(waiting_.front());
     waiting_.pop_front();
     if (!seq->started) {
-      seq->queue_slot.reset();  // no longer queued
+      seq->call->LeaveQueue();
       const absl::Time now = absl::Now();
       seq->admitted = now;
       if (observer_) {

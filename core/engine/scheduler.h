@@ -71,7 +71,8 @@ class Scheduler {
 
   // Admission: moves waiting sequences into the running set while there is
   // room; a sequence admitted for the first time gets its cached prefix
-  // (prefix cache, KV snapshot) and its usage's prompt counts.
+  // (prefix cache, KV snapshot) and its usage's prompt counts, and its call
+  // leaves the request queue (GenerateCall::LeaveQueue).
   void Admit();
 
   // Removes cancelled sequences (marking them finished) and plans the next
@@ -92,9 +93,6 @@ class Scheduler {
   // afterwards.
   std::vector<std::unique_ptr<Sequence>> TakeAll();
 
-  // Sequences queued and never admitted (what --max_queued_requests
-  // limits); preempted ones are not counted.
-  int64_t num_queued() const;
   int64_t num_waiting() const { return waiting_.size(); }
   int64_t num_running() const { return running_.size(); }
   bool idle() const { return waiting_.empty() && running_.empty(); }

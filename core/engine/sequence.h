@@ -39,9 +39,6 @@ struct Sequence {
   bool finished() const { return outcome.has_value(); }
 
   std::shared_ptr<GenerateCall> call;
-  // Its place in the engine's request queue (Engine::TakeQueueSlotLocked),
-  // released when the scheduler first admits it.
-  std::shared_ptr<void> queue_slot;
   Session* session;  // null once finished and handed back
   Sampler sampler;
   Utf8StreamDecoder utf8;
