@@ -376,14 +376,12 @@ class AppendSink final : public TokenSink {
 
 InferenceService::InferenceService(Engine* engine, const ModelWeights* weights,
                                    const Tokenizer* tokenizer,
-                                   const ChatTemplate* chat_template,
                                    std::string chat_template_origin,
                                    Metrics* metrics, const Authenticator* auth,
                                    const StreamWatchdog::Options& streams)
     : engine_(engine),
       weights_(weights),
       tokenizer_(tokenizer),
-      chat_template_(chat_template),
       chat_template_origin_(std::move(chat_template_origin)),
       metrics_(metrics),
       auth_(auth),
@@ -697,15 +695,9 @@ grpc::ServerUnaryReactor* InferenceService::ApplyChatTemplate(
         }
         input.add_generation_prompt = request.add_generation_prompt();
         input.tools_json = request.tools_json();
-        // Generate's limit, before rendering: 2.2 MB cost a second on this
-        // thread and 580 MB.
-        if (absl::Status s =
-                engine_->CheckChatBytes(input.messages, input.tools_json);
-            !s.ok()) {
-          return call.Finish(s);
-        }
-        absl::StatusOr<ChatPrompt> prompt =
-            RenderChatPrompt(*chat_template_, *tokenizer_, input);
+        // Under Generate's --max_prompt_bytes (2.2 MB cost a second on this
+        // thread and 580 MB).
+        absl::StatusOr<ChatPrompt> prompt = engine_->ApplyChatTemplate(input);
         if (!prompt.ok()) return call.Finish(prompt.status());
         v1::ApplyChatTemplateResponse* out = call.response();
         out->set_text(std::move(prompt->text));

@@ -69,10 +69,8 @@ class InferenceService final : public RawInferenceService {
   // chat_template_origin: ModelInfo.chat_template ("gguf", "file",
   // "chatml").
   InferenceService(Engine* engine, const ModelWeights* weights,
-                   const Tokenizer* tokenizer,
-                   const ChatTemplate* chat_template,
-                   std::string chat_template_origin, Metrics* metrics,
-                   const Authenticator* auth,
+                   const Tokenizer* tokenizer, std::string chat_template_origin,
+                   Metrics* metrics, const Authenticator* auth,
                    const StreamWatchdog::Options& streams = {});
 
   // Each request is the method's kvserve.v1 request message and each
@@ -127,7 +125,6 @@ class InferenceService final : public RawInferenceService {
   Engine* engine_;
   const ModelWeights* weights_;
   const Tokenizer* tokenizer_;
-  const ChatTemplate* chat_template_;
   const std::string chat_template_origin_;
   Metrics* metrics_;
   const Authenticator* auth_;

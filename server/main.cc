@@ -463,9 +463,8 @@ int Serve() {
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   InferenceService service(
-      engine->get(), model->weights.get(), model->tokenizer.get(),
-      chat->chat_template.get(), chat->origin, metrics.get(),
-      security->auth.get(),
+      engine->get(), model->weights.get(), model->tokenizer.get(), chat->origin,
+      metrics.get(), security->auth.get(),
       {.write_timeout =
            absl::Seconds(absl::GetFlag(FLAGS_stream_write_timeout_seconds)),
        .max_unflushed_streams = absl::GetFlag(FLAGS_max_unflushed_streams)});
@@ -495,7 +494,6 @@ int Serve() {
                                  {.engine = engine->get(),
                                   .weights = model->weights.get(),
                                   .tokenizer = model->tokenizer.get(),
-                                  .chat_template = chat->chat_template.get(),
                                   .metrics = metrics.get(),
                                   .auth = security->auth.get()});
     if (!created.ok()) {

@@ -29,6 +29,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "core/chat/chat_prompt.h"
 #include "core/chat/chat_template.h"
 #include "core/engine/engine_observer.h"
 #include "core/engine/prep_worker.h"
@@ -126,14 +127,11 @@ class Engine {
   // queued requests go on to the end.
   void Drain();
 
-  // INVALID_ARGUMENT naming --max_prompt_bytes for a prompt above it: its
-  // text, or a conversation's (every message's fields and the tools).
-  // Thread-safe: the limit is constant after construction. Generate,
-  // Append and CreateSession check it; ApplyChatTemplate's front ends call
-  // it before rendering.
-  absl::Status CheckPromptBytes(const Input& input) const;
-  absl::Status CheckChatBytes(const std::vector<ChatMessage>& messages,
-                              std::string_view tools_json) const;
+  // The served chat template's rendering of `input` and its tokens, as a
+  // chat turn would be rendered, after the --max_prompt_bytes check a turn
+  // gets (gRPC ApplyChatTemplate, HTTP /apply-template). Thread-safe.
+  absl::StatusOr<ChatPrompt> ApplyChatTemplate(
+      const ChatTemplateInput& input) const;
 
   const ModelConfig& config() const { return weights_->config; }
   int max_context() const { return max_context_; }
@@ -175,6 +173,12 @@ class Engine {
   // RESOURCE_EXHAUSTED when --max_queued_requests wait; UNAVAILABLE when
   // draining. REQUIRES: mu_ held.
   absl::Status QueueStatusLocked() const;
+  // INVALID_ARGUMENT naming --max_prompt_bytes for a prompt above it: its
+  // text, or a conversation's (every message's fields and the tools).
+  // Thread-safe: the limit is constant after construction.
+  absl::Status CheckPromptBytes(const Input& input) const;
+  absl::Status CheckChatBytes(const std::vector<ChatMessage>& messages,
+                              std::string_view tools_json) const;
   // RESOURCE_EXHAUSTED when a new session of `owner` would pass
   // --max_sessions or --max_sessions_per_owner.
   absl::Status CheckSessionLimits(std::string_view owner);

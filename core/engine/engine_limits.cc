@@ -1,12 +1,15 @@
 // What the engine admits: request parameters, the queue's and the
-// prompt's limits. Kept apart from the loop (engine.cc).
+// prompt's limits, and the chat rendering the front ends ask for under the
+// same limit. Kept apart from the loop (engine.cc).
 #include <memory>
 #include <string_view>
 #include <variant>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "core/chat/chat_prompt.h"
 #include "core/engine/engine.h"
+#include "core/util/status_macros.h"
 #include "core/util/status_reason.h"
 
 namespace kvserve {
@@ -84,6 +87,12 @@ absl::Status Engine::CheckChatBytes(const std::vector<ChatMessage>& messages,
              m.tool_call_id.size() + m.tool_calls_json.size();
   }
   return PromptBytesStatus(bytes, max_prompt_bytes_);
+}
+
+absl::StatusOr<ChatPrompt> Engine::ApplyChatTemplate(
+    const ChatTemplateInput& input) const {
+  KVSERVE_RETURN_IF_ERROR(CheckChatBytes(input.messages, input.tools_json));
+  return RenderChatPrompt(*chat_template_, *tokenizer_, input);
 }
 
 std::shared_ptr<void> Engine::TakeQueuePlaceLocked() {

@@ -159,14 +159,6 @@ class HttpServer::Handlers {
         serving_(serving),
         created_(absl::ToUnixSeconds(absl::Now())) {}
 
-  absl::Status Init() {
-    chat_template_ = deps_.chat_template;
-    if (chat_template_ == nullptr) {
-      return absl::InvalidArgumentError("the HTTP API needs a chat template");
-    }
-    return absl::OkStatus();
-  }
-
   void Register(httplib::Server& s) {
     s.Post("/v1/chat/completions",
            [this](const httplib::Request& req, httplib::Response& res) {
@@ -307,14 +299,8 @@ class HttpServer::Handlers {
     if (!body.ok()) return body.status();
     absl::StatusOr<ChatTemplateInput> input = ParseApplyTemplateRequest(*body);
     if (!input.ok()) return input.status();
-    // --max_prompt_bytes, as for a generation, before rendering.
-    if (absl::Status s =
-            deps_.engine->CheckChatBytes(input->messages, input->tools_json);
-        !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<ChatPrompt> prompt =
-        RenderChatPrompt(*chat_template_, *deps_.tokenizer, *input);
+    // Under --max_prompt_bytes, as a chat completion.
+    absl::StatusOr<ChatPrompt> prompt = deps_.engine->ApplyChatTemplate(*input);
     if (!prompt.ok()) return prompt.status();
     return Json{{"prompt", prompt->text}};
   }
@@ -525,7 +511,6 @@ class HttpServer::Handlers {
   const Deps& deps_;
   const std::atomic<bool>* const serving_;
   const int64_t created_;  // the models' `created`: when the server started
-  const ChatTemplate* chat_template_ = nullptr;
   std::atomic<bool> stopping_{false};
 };
 
@@ -539,7 +524,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(
   std::unique_ptr<HttpServer> s(new HttpServer(options, deps));
   s->handlers_ =
       std::make_unique<Handlers>(s->options_, s->deps_, &s->serving_);
-  if (absl::Status status = s->handlers_->Init(); !status.ok()) return status;
 
   const TlsOptions& tls = options.tls;
   if (tls.enabled()) {

@@ -69,7 +69,6 @@ class HttpServer {
     Engine* engine;
     const ModelWeights* weights;  // its name is the served model's id
     const Tokenizer* tokenizer;
-    const ChatTemplate* chat_template;  // not null (LoadChatTemplate)
     Metrics* metrics;
     const Authenticator* auth;
   };

@@ -200,8 +200,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   FUZZ_CHECK(engine.ok(), "%s", engine.status().ToString().c_str());
   s.engine = *std::move(engine);
   s.service = std::make_unique<InferenceService>(
-      s.engine.get(), s.model.weights.get(), s.model.tokenizer.get(),
-      s.chat_template.get(), "chatml", s.metrics.get(), s.auth.get());
+      s.engine.get(), s.model.weights.get(), s.model.tokenizer.get(), "chatml",
+      s.metrics.get(), s.auth.get());
   grpc::ServerBuilder builder;
   builder.RegisterService(s.service.get());
   s.server = builder.BuildAndStart();
