@@ -650,15 +650,12 @@ class Commands {
       data.assign(std::istreambuf_iterator<char>(in),
                   std::istreambuf_iterator<char>());
     }
-    // Before parsing: dump() and copies recurse (a file nested a million
-    // deep overflowed the stack).
-    if (CheckJsonDepth(data).has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, " nests arrays and objects deeper than ",
-                       kMaxJsonDepth, " levels"));
-    }
+    // dump() and copies recurse (a file nested a million deep overflowed
+    // the stack): nothing deeper than the limit is kept.
+    JsonDepthLimit<nlohmann::ordered_json> limit;
     nlohmann::ordered_json json = nlohmann::ordered_json::parse(
-        data, nullptr, /*allow_exceptions=*/false);
+        data, limit.callback(), /*allow_exceptions=*/false);
+    if (limit.exceeded()) return limit.Error(path);
     if (json.is_discarded()) {
       return absl::InvalidArgumentError(absl::StrCat(path, " is not JSON"));
     }

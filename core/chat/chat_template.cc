@@ -4,7 +4,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "core/chat/jinja.h"
 #include "core/util/json_depth.h"
 #include "nlohmann/json.hpp"
@@ -21,15 +20,12 @@ namespace {
 // A JSON array field of the input (tool_calls, tools) as template objects.
 absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view json,
                                                       std::string_view where) {
-  // Before parsing: the copies and the conversion to template values
-  // recurse.
-  if (CheckJsonDepth(json).has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s nests arrays and objects deeper than %d levels",
-                        where, kMaxJsonDepth));
-  }
-  nlohmann::ordered_json parsed =
-      nlohmann::ordered_json::parse(json, nullptr, /*allow_exceptions=*/false);
+  // The copies and the conversion to template values recurse: nothing
+  // deeper than the limit is kept.
+  JsonDepthLimit<nlohmann::ordered_json> limit;
+  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(
+      json, limit.callback(), /*allow_exceptions=*/false);
+  if (limit.exceeded()) return limit.Error(where);
   if (parsed.is_discarded()) {
     return absl::InvalidArgumentError(std::string(where) +
                                       " is not valid JSON");

@@ -379,19 +379,12 @@ std::string FieldName(absl::string_view key) {
 }  // namespace
 
 absl::StatusOr<Json> ParseBody(absl::string_view body) {
-  // Before parsing: what walks the value later (dump, copies, the
-  // template's conversion) recurses.
-  if (std::optional<JsonTooDeep> deep =
-          CheckJsonDepth({body.data(), body.size()})) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s nests arrays and objects deeper than %d levels",
-                        deep->top_key.empty() ? std::string("the request body")
-                                              : FieldName(deep->top_key),
-                        kMaxJsonDepth));
-  }
+  // What walks the value later (dump, copies, the template's conversion)
+  // recurses: nothing deeper than the limit is kept.
+  JsonDepthLimit<Json> limit;
   Json json;
   try {
-    json = Json::parse(body);
+    json = Json::parse(body, limit.callback());
   } catch (const Json::parse_error& e) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2:
     // ..." without the bracketed id.
@@ -414,6 +407,10 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "the request body is not valid JSON: ", BoundedJsonError(what)));
+  }
+  if (limit.exceeded()) {
+    return limit.Error(limit.top_key().empty() ? "the request body"
+                                               : FieldName(limit.top_key()));
   }
   if (!json.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -176,6 +176,21 @@ TEST_F(ChatServingTest, KvctlTemplateAndChat) {
   EXPECT_TRUE(absl::StrContains(bad.err, "/nonexistent.json")) << bad.err;
 }
 
+// A --tools file nested a million deep made kvctl overflow its stack; it
+// is refused as usage (exit 1) naming the file and the limit.
+TEST_F(ChatServingTest, KvctlRefusesADeeplyNestedToolsFile) {
+  ScratchDir dir;
+  const std::string path = dir.File("deep.json");
+  ASSERT_TRUE(WriteTextFile(
+      path, std::string(1000000, '[') + std::string(1000000, ']')));
+  CommandResult deep = Kvctl({"template", "--tools=" + path, "--", "Hi"});
+  EXPECT_TRUE(deep.status.exited) << deep.status.ToString();
+  EXPECT_EQ(deep.status.code, 1) << deep.err;
+  EXPECT_TRUE(absl::StrContains(
+      deep.err, path + " nests arrays and objects deeper than 512 levels"))
+      << deep.err;
+}
+
 TEST(ChatTemplateFlagTest, ServesTheTemplateOfTheFileAndItsErrors) {
   const std::string path =
       SharedDir() + "/templates/google-gemma-2-2b-it.jinja";
