@@ -181,8 +181,6 @@ absl::Status Authenticator::Reload() {
 absl::StatusOr<Caller> Authenticator::Authenticate(
     std::optional<std::string_view> authorization,
     std::string_view requested_owner, Via via) const {
-  const char* const field = via == Via::kHttpHeader ? "Authorization header"
-                                                    : "authorization metadata";
   if (!keys_required()) return Caller{std::string(requested_owner), false};
   if (!authorization.has_value())
     return Unauthenticated("missing API key", via);
@@ -191,7 +189,10 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
   if (value.size() < kScheme.size() ||
       !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
     return Unauthenticated(
-        absl::StrFormat("the %s is not \"Bearer KEY\"", field), via);
+        absl::StrFormat("the %s is not \"Bearer KEY\"",
+                        via == Via::kHttpHeader ? "Authorization header"
+                                                : "authorization metadata"),
+        via);
   }
   const absl::string_view key =
       absl::StripAsciiWhitespace(value.substr(kScheme.size()));

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "core/engine/engine.h"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/paths.h"
 
@@ -83,7 +84,8 @@ TEST_F(ChatServingTest, ApplyChatTemplateRendersChatMlForAModelWithout) {
 TEST_F(ChatServingTest, ApplyChatTemplateAppliesMaxPromptBytes) {
   absl::StatusOr<v1::ModelInfo> info = client().GetModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
-  const size_t limit = 32 * static_cast<size_t>(info->context_length());
+  const size_t limit =
+      kPromptBytesPerToken * static_cast<size_t>(info->context_length());
   v1::ApplyChatTemplateRequest request;
   request.add_messages()->CopyFrom(Message("user", std::string(limit, 'a')));
   absl::StatusOr<v1::ApplyChatTemplateResponse> response =

@@ -25,9 +25,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The port of the "kvserve: HTTP listening on HOST:PORT" line; 0 if none.
-int HttpPort(const ServerProcess& server) { return server.http_port(); }
-
 struct HttpReply {
   int status = 0;
   std::string body;
@@ -108,7 +105,7 @@ class HttpApiTest : public ::testing::Test {
       return;
     }
     server_ = server->release();
-    port_ = HttpPort(*server_);
+    port_ = server_->http_port();
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -611,7 +608,7 @@ TEST(HttpApiTemplateTest, RaiseExceptionAndTools) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
-  const int port = HttpPort(**server);
+  const int port = (*server)->http_port();
   ASSERT_GT(port, 0);
 
   const Json system_first = {
@@ -659,7 +656,7 @@ TEST(HttpApiKeysTest, BearerKeysAreRequired) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
-  const int port = HttpPort(**server);
+  const int port = (*server)->http_port();
   ASSERT_GT(port, 0);
 
   const Json body = ChatBody("x", 1);
@@ -725,7 +722,7 @@ TEST(HttpApiTlsTest, ServesHttpsWithTheGrpcCertificate) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
-  const int port = HttpPort(**server);
+  const int port = (*server)->http_port();
   ASSERT_GT(port, 0);
   EXPECT_TRUE(absl::StrContains((*server)->stderr_text(), "(TLS)"));
 

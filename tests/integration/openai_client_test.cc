@@ -209,25 +209,6 @@ NodeSetup PrepareNode() {
   return setup;
 }
 
-// The port of the HTTP listener, from the line the server prints before its
-// ready line: "kvserve: HTTP listening on HOST:PORT"; 0 if it is not there.
-int HttpPort(const ServerProcess& server) {
-  constexpr absl::string_view kPrefix = "kvserve: HTTP listening on ";
-  const std::string stderr_text = server.stderr_text();
-  const absl::string_view text(stderr_text);
-  const size_t at = text.find(kPrefix);
-  if (at == absl::string_view::npos) return 0;
-  absl::string_view address = text.substr(at + kPrefix.size());
-  address = address.substr(0, address.find_first_of(" \n"));
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == absl::string_view::npos ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-    return 0;
-  }
-  return port;
-}
-
 TEST(OpenAiClientTest, OfficialNodeClientPassesEveryCheck) {
   const NodeSetup setup = PrepareNode();
   if (!setup.skip.empty()) GTEST_SKIP() << setup.skip;
@@ -238,7 +219,7 @@ TEST(OpenAiClientTest, OfficialNodeClientPassesEveryCheck) {
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
       ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
-  const int port = HttpPort(**server);
+  const int port = (*server)->http_port();
   ASSERT_GT(port, 0)
       << "no 'HTTP listening on HOST:PORT' in the server's stderr:\n"
       << (*server)->stderr_text();
