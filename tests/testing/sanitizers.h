@@ -7,29 +7,24 @@
 
 namespace kvserve::testing {
 
-// GCC defines __SANITIZE_ADDRESS__; clang answers __has_feature.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitizer = true;
+// GCC defines __SANITIZE_ADDRESS__ and __SANITIZE_THREAD__; clang answers
+// __has_feature.
+#ifdef __has_feature
+#define KVSERVE_HAS_FEATURE(feature) __has_feature(feature)
 #else
-inline constexpr bool kAddressSanitizer = false;
+#define KVSERVE_HAS_FEATURE(feature) 0
 #endif
+inline constexpr bool kAddressSanitizer =
+#if defined(__SANITIZE_ADDRESS__) || KVSERVE_HAS_FEATURE(address_sanitizer)
+    true;
 #else
-inline constexpr bool kAddressSanitizer = false;
+    false;
 #endif
-
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThreadSanitizer = true;
+inline constexpr bool kThreadSanitizer =
+#if defined(__SANITIZE_THREAD__) || KVSERVE_HAS_FEATURE(thread_sanitizer)
+    true;
 #else
-inline constexpr bool kThreadSanitizer = false;
-#endif
-#else
-inline constexpr bool kThreadSanitizer = false;
+    false;
 #endif
 
 // Any sanitizer build (ASan comes with UBSan here). Numerics suites run
