@@ -138,6 +138,14 @@ Metrics::Metrics()
                              "room and recomputed later.")
                        .Register(*registry_)
                        .Add({})),
+      log_recoveries_(
+          BuildCounter()
+              .Name("kvserve_session_log_recoveries_total")
+              .Help("Damaged session logs read (a torn or corrupt record, "
+                    "or header): what could be replayed was kept, the rest "
+                    "dropped with a warning, and the log rewritten.")
+              .Register(*registry_)
+              .Add({})),
       requests_in_flight_(BuildGauge()
                               .Name("kvserve_requests_in_flight")
                               .Help("RPCs being served.")
@@ -219,6 +227,8 @@ void Metrics::OnEviction(std::string_view reason) {
 }
 
 void Metrics::OnPreemption() { preemptions_.Increment(); }
+
+void Metrics::OnSessionLogRecovered() { log_recoveries_.Increment(); }
 
 void Metrics::OnStats(const EngineStats& s) {
   kv_used_bytes_.Set(s.kv_used_bytes);

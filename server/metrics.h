@@ -48,6 +48,7 @@ class Metrics : public EngineObserver {
   void OnGenerated(int64_t tokens) override;
   void OnEviction(std::string_view reason) override;
   void OnPreemption() override;
+  void OnSessionLogRecovered() override;
   void OnStats(const EngineStats& stats) override;
   // Printed to stderr.
   void OnWarning(std::string_view message) override;
@@ -78,6 +79,7 @@ class Metrics : public EngineObserver {
   prometheus::Gauge& sessions_tokens_;
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Counter& preemptions_;
+  prometheus::Counter& log_recoveries_;
   prometheus::Gauge& requests_in_flight_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Gauge& weight_bytes_;

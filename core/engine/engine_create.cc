@@ -80,6 +80,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
           .on_evicted =
               [observer](std::string_view reason) {
                 if (observer != nullptr) observer->OnEviction(reason);
+              },
+          .on_log_recovered =
+              [observer] {
+                if (observer != nullptr) observer->OnSessionLogRecovered();
               }},
       e->sessions_.get(), e->prefix_cache_.get(),
       [e = e.get()](std::string_view message) { e->Warn(message); });

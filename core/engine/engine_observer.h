@@ -43,6 +43,9 @@ class EngineObserver {
   // A running sequence gave up its KV blocks to make room; it will be
   // recomputed from its tokens.
   virtual void OnPreemption() = 0;
+  // A session log read from disk was damaged (a torn or corrupt record or
+  // header); what could be replayed was kept and the log is rewritten.
+  virtual void OnSessionLogRecovered() = 0;
   virtual void OnStats(const EngineStats& stats) = 0;
   // Something went wrong that no request is waiting to hear about (a
   // session file that could not be written or read).

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "core/session/session_store.h"
@@ -17,7 +19,13 @@
 namespace kvserve {
 namespace {
 
-constexpr char kLogMagic[] = "KVSLOG1";  // first record's payload prefix
+// The header's payload prefix: owner, TTL and creation time follow. The
+// first format's header (kLogMagicV1) held the history too.
+constexpr char kLogMagic[] = "KVSLOG2";
+constexpr char kLogMagicV1[] = "KVSLOG1";
+constexpr size_t kMagicBytes = sizeof(kLogMagic) - 1;
+// A damaged header's copy is looked for this far into the log.
+constexpr size_t kHeaderCopySearchBytes = 1 << 20;
 
 absl::Status ErrnoError(std::string_view what, const std::string& path) {
   return absl::InternalError(
@@ -117,6 +125,69 @@ std::string Record(std::string_view payload) {
   PutU64(record, Xxh64(payload.data(), payload.size(), 0));
   record += payload;
   return record;
+}
+
+// The payload of the record at `offset` if it is whole and its checksum
+// holds.
+std::optional<std::string_view> RecordAt(std::string_view log, size_t offset) {
+  if (offset > log.size() || log.size() - offset < 12) return std::nullopt;
+  const uint32_t n = GetU32(log.data() + offset);
+  if (log.size() - offset - 12 < n) return std::nullopt;  // torn
+  const std::string_view payload = log.substr(offset + 12, n);
+  if (Xxh64(payload.data(), payload.size(), 0) !=
+      GetU64(log.data() + offset + 4)) {
+    return std::nullopt;  // corrupt
+  }
+  return payload;
+}
+
+std::string HeaderPayload(const StoredSession& session) {
+  std::string payload = kLogMagic;
+  PutString(payload, session.owner);
+  PutU64(payload, session.ttl.has_value()
+                      ? absl::ToInt64Nanoseconds(*session.ttl)
+                      : ~uint64_t{0});
+  PutU64(payload, absl::ToUnixNanos(session.create_time));
+  return payload;
+}
+
+// Reads a header (either format) into `session`; false when it is none.
+bool ParseHeader(std::string_view payload, StoredSession* session) {
+  Reader r(payload);
+  std::string_view magic;
+  uint64_t ttl, created;
+  if (!r.Bytes(kMagicBytes, &magic) ||
+      (magic != kLogMagic && magic != kLogMagicV1) ||
+      !GetString(r, &session->owner) || !r.U64(&ttl) || !r.U64(&created)) {
+    return false;
+  }
+  session->tokens.clear();
+  session->messages.clear();
+  if (magic == kLogMagicV1 && (!GetTokens(r, &session->tokens) ||
+                               !GetMessages(r, &session->messages))) {
+    return false;
+  }
+  if (magic == kLogMagic && !r.Done()) return false;
+  session->ttl.reset();
+  if (ttl != ~uint64_t{0}) session->ttl = absl::Nanoseconds(ttl);
+  session->create_time = absl::FromUnixNanos(created);
+  return true;
+}
+
+// Applies a history record to `session`; false when it cannot apply.
+bool ApplyHistory(std::string_view payload, StoredSession* session) {
+  Reader r(payload);
+  uint64_t base;
+  std::vector<int32_t> tokens;
+  std::vector<ChatMessage> messages = session->messages;
+  if (!r.U64(&base) || base > session->tokens.size() ||
+      !GetTokens(r, &tokens) || !GetMessages(r, &messages)) {
+    return false;
+  }
+  session->messages = std::move(messages);
+  session->tokens.resize(base);
+  session->tokens.insert(session->tokens.end(), tokens.begin(), tokens.end());
+  return true;
 }
 
 absl::Status FsyncDir(const std::string& dir) {
@@ -251,33 +322,38 @@ std::string SessionDir::SnapshotPath(std::string_view id) const {
   return absl::StrFormat("%s/%s.kv", path_, id);
 }
 
-std::string SessionDir::HeaderRecord(const StoredSession& session) {
-  std::string payload = kLogMagic;
-  PutU64(payload, session.owner.size());
-  payload += session.owner;
-  PutU64(payload, session.ttl.has_value()
-                      ? absl::ToInt64Nanoseconds(*session.ttl)
-                      : ~uint64_t{0});
-  PutU64(payload, absl::ToUnixNanos(session.create_time));
-  PutTokens(payload, session.tokens);
-  if (!session.messages.empty()) PutMessages(payload, 0, session.messages);
-  return Record(payload);
+std::string SessionDir::StartRecords(const StoredSession& session) {
+  const std::string header = Record(HeaderPayload(session));
+  std::string records = header + header;
+  const int64_t n = session.tokens.size();
+  const bool chat = !session.messages.empty();
+  for (int64_t begin = 0; begin < n || (begin == 0 && chat);
+       begin += kStartChunkTokens) {
+    const int64_t end = std::min(n, begin + kStartChunkTokens);
+    const bool last = end == n;
+    records += AppendRecord(
+        begin, absl::MakeConstSpan(session.tokens).subspan(begin, end - begin),
+        last && chat ? 0 : -1, session.messages);
+  }
+  return records;
 }
 
-int64_t SessionDir::HeaderRecordBytes(std::string_view owner, int64_t n_tokens,
+int64_t SessionDir::StartRecordsBytes(std::string_view owner, int64_t n_tokens,
                                       absl::Span<const ChatMessage> messages) {
-  // [u32 size][u64 hash], then magic, owner, TTL, create time, tokens and
-  // the conversation section, as HeaderRecord writes them.
-  int64_t bytes = 12 + (sizeof(kLogMagic) - 1) + 8 + owner.size() + 8 + 8 + 8 +
-                  4 * n_tokens;
+  // Two headers ([u32 size][u64 hash], magic, owner, TTL, creation time),
+  // then per history record [u32 size][u64 hash], its base and tokens, and
+  // in the last the conversation section, as StartRecords writes them.
+  int64_t bytes = 2 * (12 + kMagicBytes + 8 + owner.size() + 8 + 8);
+  int64_t records = (n_tokens + kStartChunkTokens - 1) / kStartChunkTokens;
   if (!messages.empty()) {
+    records = std::max<int64_t>(records, 1);
     bytes += 16;
     for (const ChatMessage& m : messages) {
       bytes += 5 * 8 + m.role.size() + m.content.size() + m.name.size() +
                m.tool_call_id.size() + m.tool_calls_json.size();
     }
   }
-  return bytes;
+  return bytes + records * (12 + 8 + 8) + 4 * n_tokens;
 }
 
 std::string SessionDir::AppendRecord(int64_t base,
@@ -325,7 +401,7 @@ int64_t SessionDir::LogSize(std::string_view id) const {
 }
 
 absl::StatusOr<int64_t> SessionDir::Create(const StoredSession& session) {
-  return WriteRecord(session.id, HeaderRecord(session), /*start=*/true);
+  return WriteRecord(session.id, StartRecords(session), /*start=*/true);
 }
 
 absl::StatusOr<int64_t> SessionDir::Append(std::string_view id, int64_t base,
@@ -392,50 +468,47 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
     }
     return data.status();
   }
+  const std::string_view log = *data;
   StoredSession session;
   session.id = std::string(id);
-  session.log_bytes = data->size();
-  std::string_view rest = *data;
-  bool header = true;
-  while (rest.size() >= 12) {
-    const uint32_t n = GetU32(rest.data());
-    const uint64_t sum = GetU64(rest.data() + 4);
-    if (rest.size() - 12 < n) break;  // torn
-    const std::string_view payload = rest.substr(12, n);
-    if (Xxh64(payload.data(), payload.size(), 0) != sum) break;  // corrupt
-    rest.remove_prefix(12 + n);
-    Reader r(payload);
-    if (header) {
-      std::string_view magic, owner;
-      uint64_t owner_size, ttl, created;
-      if (!r.Bytes(sizeof(kLogMagic) - 1, &magic) || magic != kLogMagic ||
-          !r.U64(&owner_size) || !r.Bytes(owner_size, &owner) || !r.U64(&ttl) ||
-          !r.U64(&created) || !GetTokens(r, &session.tokens) ||
-          !GetMessages(r, &session.messages)) {
+  session.log_bytes = log.size();
+  // The header, or its copy when the header is damaged. The copy follows
+  // the header, so the first header found whole is the copy.
+  size_t pos = 0;
+  std::optional<std::string_view> header = RecordAt(log, 0);
+  if (header.has_value() && ParseHeader(*header, &session)) {
+    pos = 12 + header->size();
+    if (header->substr(0, kMagicBytes) == kLogMagic) {
+      if (log.substr(pos, pos) != log.substr(0, pos)) session.damaged_at = pos;
+      pos *= 2;
+    }
+  } else {
+    session.damaged_at = 0;
+    const size_t limit = std::min(log.size(), kHeaderCopySearchBytes);
+    for (size_t at = log.find(kLogMagic, 24); at < limit;
+         at = log.find(kLogMagic, at + 1)) {
+      header = RecordAt(log, at - 12);
+      if (header.has_value() && ParseHeader(*header, &session)) {
+        pos = at + header->size();
         break;
       }
-      session.owner = std::string(owner);
-      if (ttl != ~uint64_t{0}) session.ttl = absl::Nanoseconds(ttl);
-      session.create_time = absl::FromUnixNanos(created);
-      header = false;
-      session.replayed_bytes = data->size() - rest.size();
-      continue;
     }
-    uint64_t base;
-    std::vector<int32_t> tokens;
-    std::vector<ChatMessage> messages = session.messages;
-    if (!r.U64(&base) || base > session.tokens.size() ||
-        !GetTokens(r, &tokens) || !GetMessages(r, &messages)) {
+    if (pos == 0) {
+      return absl::DataLossError(absl::StrFormat(
+          "session log %s has no readable header, nor a readable copy of it",
+          LogPath(id)));
+    }
+  }
+  session.replayed_bytes = std::min(pos, log.size());
+  while (pos < log.size()) {
+    const std::optional<std::string_view> record = RecordAt(log, pos);
+    if (!record.has_value() || !ApplyHistory(*record, &session)) {
+      if (session.damaged_at < 0) session.damaged_at = pos;
       break;
     }
-    session.messages = std::move(messages);
-    session.tokens.resize(base);
-    session.tokens.insert(session.tokens.end(), tokens.begin(), tokens.end());
-    session.replayed_bytes = data->size() - rest.size();
-  }
-  if (header) {
-    return absl::DataLossError(
-        absl::StrFormat("session log %s has no readable header", LogPath(id)));
+    pos += 12 + record->size();
+    session.replayed_bytes = pos;
+    ++session.records_replayed;
   }
   return session;
 }

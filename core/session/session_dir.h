@@ -1,17 +1,24 @@
 // SessionDir: sessions on disk, so they survive a restart or a crash.
 //
-//   <id>.log  the token history as append-only records; each record is
-//             [u32 payload bytes][u64 XXH64 of the payload][payload]. The
-//             first record holds owner and TTL; each later one says "keep
-//             the first `base` tokens, then append these". A record may
-//             end with a conversation section: "keep the first `base`
-//             chat messages, then append these" (chat sessions only). Replay
-//             stops at the first torn or corrupt record, so a crash mid-append
-//             loses only that append. Every append is fsynced before it
-//             returns.
-//             A log is rewritten as one header record (compacted) by
-//             writing <id>.log.tmp, fsyncing it and renaming it over the
-//             log, so a crash mid-rewrite leaves the old log intact.
+//   <id>.log  the session as append-only records; each record is
+//             [u32 payload bytes][u64 XXH64 of the payload][payload]. A log
+//             starts with a header record (owner, TTL, creation time) and
+//             an identical copy of it, then history records, each "keep
+//             the first `base` tokens, then append these", which may end
+//             with a conversation section: "keep the first `base` chat
+//             messages, then append these" (chat sessions only). A start
+//             holds the history in records of kStartChunkTokens tokens, the
+//             conversation in the last one; each later write appends one
+//             record. Every append is fsynced before it returns.
+//             Replay reads the header, or its copy when the header is
+//             damaged, and stops at the first torn or corrupt record:
+//             one damaged byte loses the record holding it and those after
+//             it, never a record before it (a crash mid-append loses only
+//             that append). Logs of the first format (one header record
+//             holding the history too, no copy) are read as well.
+//             A log is rewritten (compacted) by writing <id>.log.tmp,
+//             fsyncing it and renaming it over the log, so a crash
+//             mid-rewrite leaves the old log intact.
 //   <id>.kv   a KV snapshot (KvSnapshot), written to <id>.kv.tmp, fsynced
 //             and renamed over the old one.
 //
@@ -46,9 +53,14 @@ struct StoredSession {
   std::vector<int32_t> tokens{};
   std::vector<ChatMessage> messages{};  // a chat session's conversation
   int64_t log_bytes = 0;                // the log's size when it was read
-  // Bytes of the records replayed: less than log_bytes when the log ends in
-  // a torn or corrupt record (which hides any record appended after it).
+  // Bytes up to the end of the last record replayed: less than log_bytes
+  // when the log ends in a torn or corrupt record (which hides any record
+  // appended after it).
   int64_t replayed_bytes = 0;
+  int64_t records_replayed = 0;  // history records (not headers)
+  // Where the first torn or corrupt record (a header, its copy, or a
+  // history record) starts; -1 when there is none.
+  int64_t damaged_at = -1;
 };
 
 class SessionDir {
@@ -58,12 +70,16 @@ class SessionDir {
 
   static bool IsValidId(std::string_view id);
 
-  // The log records Create and Append write, encoded; a log grows by
-  // exactly its records' sizes, so a writer can know the size it will have.
-  static std::string HeaderRecord(const StoredSession& session);
-  // HeaderRecord(session).size() for a session with this owner, this many
+  // History records of a log's start hold at most this many tokens.
+  static constexpr int64_t kStartChunkTokens = 8192;
+
+  // The records Create and Append write, encoded; a log grows by exactly
+  // their sizes, so a writer can know the size it will have.
+  // StartRecords: the header, its copy and the history records.
+  static std::string StartRecords(const StoredSession& session);
+  // StartRecords(session).size() for a session with this owner, this many
   // tokens and these messages, without encoding it.
-  static int64_t HeaderRecordBytes(std::string_view owner, int64_t n_tokens,
+  static int64_t StartRecordsBytes(std::string_view owner, int64_t n_tokens,
                                    absl::Span<const ChatMessage> messages);
   // message_base >= 0 adds the conversation section ("keep the first
   // message_base messages, then `messages`").
@@ -79,7 +95,7 @@ class SessionDir {
   absl::StatusOr<int64_t> WriteRecord(std::string_view id,
                                       std::string_view record, bool start);
 
-  // Starts (or replaces) a session's log with its header and `tokens`.
+  // Starts (or replaces) a session's log with its StartRecords.
   // Returns the log's size in bytes.
   absl::StatusOr<int64_t> Create(const StoredSession& session);
   // Appends "keep the first `base` tokens, then `tokens`". Returns the
@@ -103,8 +119,8 @@ class SessionDir {
   int64_t SnapshotBytes(std::string_view id) const;
   // Deletes the snapshot, if any (it no longer matches the history).
   void RemoveSnapshot(std::string_view id);
-  // Replays a log. NOT_FOUND when there is none; DATA_LOSS when even its
-  // header is unreadable.
+  // Replays a log. NOT_FOUND when there is none; DATA_LOSS when its header
+  // and the header's copy are both unreadable.
   absl::StatusOr<StoredSession> Load(std::string_view id) const;
   // Ids of every log in the directory.
   std::vector<std::string> List() const;

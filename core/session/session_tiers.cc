@@ -35,8 +35,8 @@ namespace {
 // build does not alias to std::string_view.
 absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
-// A log is compacted (rewritten as one header record) when appending would
-// make it more than twice the header's size and more than this: below one
+// A log is compacted (rewritten as a fresh start) when appending would make
+// it more than twice the start's size and more than this: below one
 // file-system block a rewrite frees no disk space, and it costs a directory
 // fsync more than an append.
 constexpr int64_t kCompactionMinBytes = 4096;
@@ -281,11 +281,11 @@ struct SessionTiers::Impl {
     return absl::OkStatus();
   }
 
-  // Replaces the log with one record holding s.tokens.
+  // Replaces the log with a fresh start holding s.tokens and s.messages.
   void QueueLogStart(const Session& s, Durability& d, bool warn_on_failure,
                      Done done) {
     std::string record =
-        SessionDir::HeaderRecord(StoredSession{.id = s.id,
+        SessionDir::StartRecords(StoredSession{.id = s.id,
                                                .owner = s.owner,
                                                .ttl = s.ttl,
                                                .create_time = s.create_time,
@@ -316,9 +316,9 @@ struct SessionTiers::Impl {
         absl::MakeConstSpan(s.messages)
             .subspan(std::max<int64_t>(0, message_base)));
     // Truncations (and many small turns) leave records that no longer hold
-    // live content: past twice a fresh header, the log is rewritten as one.
+    // live content: past twice a fresh start, the log is rewritten as one.
     const int64_t compacted =
-        SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), s.messages);
+        SessionDir::StartRecordsBytes(s.owner, s.tokens.size(), s.messages);
     const int64_t appended = d.log_bytes + static_cast<int64_t>(record.size());
     if (appended > 2 * compacted && appended > kCompactionMinBytes) {
       return QueueLogStart(s, d, warn_on_failure, std::move(done));
@@ -420,15 +420,24 @@ struct SessionTiers::Impl {
     return s;
   }
 
-  // Appends after a torn or corrupt record would never be replayed.
+  // Appends after a torn or corrupt record would never be replayed, and a
+  // damaged header copy would leave the next damage unrecoverable: the log
+  // is rewritten from what was read.
   void RewriteDamagedTail(const Session& s, Durability& d,
                           const StoredSession& stored) {
-    if (stored.replayed_bytes == stored.log_bytes) return;
+    if (stored.damaged_at < 0) return;
+    const int64_t dropped = stored.log_bytes - stored.replayed_bytes;
     warn(absl::StrFormat(
-        "session %s: the log's last %d bytes are torn or corrupt (a crash "
-        "mid-write?); rewriting it with the %d tokens replayed",
-        s.id, stored.log_bytes - stored.replayed_bytes, s.tokens.size()));
+        "session %s: its log is damaged at byte %d of %d (torn or corrupt: a "
+        "crash mid-write, or the disk); kept %d records (%d tokens, %d "
+        "messages)%s; rewriting the log",
+        s.id, stored.damaged_at, stored.log_bytes, stored.records_replayed,
+        s.tokens.size(), s.messages.size(),
+        dropped == 0 ? ", all of them, the header read from its copy"
+                     : absl::StrFormat(" and dropped the %d bytes from byte %d",
+                                       dropped, stored.replayed_bytes)));
     QueueLogStart(s, d, /*warn_on_failure=*/true, nullptr);
+    if (options.on_log_recovered) options.on_log_recovered();
   }
 
   // Re-reads a log that another process changed. Returns false when the
@@ -653,7 +662,7 @@ void SessionTiers::StartLog(Session& s, Done done) {
   // A new session is refused, not a live one's turn: nothing is lost yet.
   m.durable.erase(AbslView(s.id));
   if (!m.MakeRoom(
-          SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), s.messages),
+          SessionDir::StartRecordsBytes(s.owner, s.tokens.size(), s.messages),
           &s)) {
     return std::move(done)(m.QuotaExceeded());
   }

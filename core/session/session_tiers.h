@@ -32,9 +32,10 @@
 // and until its removal is done Find does not load the session from disk.
 //
 // Compaction: a log that an append would make more than twice the size of
-// a fresh header record (and more than 4 KiB) is rewritten as that one
-// record instead, conversation included (atomically: SessionDir), so
-// truncations and many small turns do not grow it without bound.
+// a fresh start (SessionDir::StartRecords, and more than 4 KiB) is
+// rewritten as that start instead, conversation included (atomically:
+// SessionDir), so truncations and many small turns do not grow it without
+// bound.
 //
 // Quota (session_dir_max_bytes): the bytes of the logs and snapshots of the
 // sessions this process serves (files of sessions it has not loaded, say a
@@ -85,6 +86,10 @@ struct SessionTiersOptions {
   // "ttl" for an expired one deleted to make room under the quota (the
   // reason the engine's own sweep of expired sessions reports). May be null.
   std::function<void(std::string_view reason)> on_evicted{};
+  // Told of each damaged log read (a torn or corrupt record, or header),
+  // on the calling thread, once the tiers have warned of it and queued its
+  // rewrite from what could be replayed. May be null.
+  std::function<void()> on_log_recovered{};
 };
 
 enum class Tier { kRam, kDisk, kTokens };

@@ -138,7 +138,7 @@ void SessionLogSeeds() {
   s.ttl = absl::Seconds(60);
   s.create_time = absl::FromUnixSeconds(1'700'000'000);
   s.tokens = {1, 72, 105};
-  std::string log = SessionDir::HeaderRecord(s);
+  std::string log = SessionDir::StartRecords(s);
   log += SessionDir::AppendRecord(3, std::vector<int32_t>{33, 34});
   log += SessionDir::AppendRecord(
       2, std::vector<int32_t>{7}, 0,
@@ -150,10 +150,14 @@ void SessionLogSeeds() {
     Write("session_log", std::string("log-") + (fix ? "fixed" : "raw"),
           std::string(1, fix) + log);
   }
+  // A damaged header: the replay reads its copy.
+  std::string damaged = log;
+  damaged[20] ^= 0x10;
+  Write("session_log", "damaged-header", std::string(1, '\0') + damaged);
   StoredSession chat;
   chat.messages = {{.role = "system", .content = "be brief", .name = "n"}};
   Write("session_log", "chat-header",
-        "\1" + SessionDir::HeaderRecord(chat) +
+        "\1" + SessionDir::StartRecords(chat) +
             SessionDir::AppendRecord(0, std::vector<int32_t>{5, 6})
                 .substr(0, 15));
 }

@@ -1,7 +1,8 @@
 // Fuzzes SessionDir::Load on an arbitrary <id>.log (session_dir.h): it must
 // never crash, replays records up to the first torn or corrupt one, and
-// reports how many bytes it replayed. A loaded session written back as one
-// header record loads as the same session (owner, tokens, conversation).
+// reports how many bytes it replayed and where the damage is. A loaded
+// session written back as a fresh start (StartRecords) loads as the same
+// session (owner, tokens, conversation), undamaged.
 //
 // Records carry an XXH64 of their payload, which mutations almost always
 // break; when the first input byte is odd the fuzzer rewrites every
@@ -98,15 +99,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              "replayed %lld of %lld", static_cast<long long>(s->replayed_bytes),
              static_cast<long long>(s->log_bytes));
 
-  // Written back as one header record, the session loads unchanged, and
-  // the record is as long as HeaderRecordBytes says.
-  const std::string header = SessionDir::HeaderRecord(*s);
+  FUZZ_CHECK(s->damaged_at <= s->log_bytes &&
+                 (s->damaged_at >= 0 || s->replayed_bytes == s->log_bytes),
+             "damaged at %lld, replayed %lld of %lld",
+             static_cast<long long>(s->damaged_at),
+             static_cast<long long>(s->replayed_bytes),
+             static_cast<long long>(s->log_bytes));
+
+  // Written back as a fresh start, the session loads unchanged, and the
+  // start is as long as StartRecordsBytes says.
+  const std::string header = SessionDir::StartRecords(*s);
   FUZZ_CHECK(
       static_cast<int64_t>(header.size()) ==
-          SessionDir::HeaderRecordBytes(
+          SessionDir::StartRecordsBytes(
               s->owner, static_cast<int64_t>(s->tokens.size()), s->messages),
-      "HeaderRecordBytes %lld, HeaderRecord %zu",
-      static_cast<long long>(SessionDir::HeaderRecordBytes(
+      "StartRecordsBytes %lld, StartRecords %zu",
+      static_cast<long long>(SessionDir::StartRecordsBytes(
           s->owner, static_cast<int64_t>(s->tokens.size()), s->messages)),
       header.size());
   WriteLog(dir.LogPath(kId), header);
@@ -117,7 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  again->messages == s->messages &&
                  again->create_time == s->create_time,
              "rewritten log loads differently");
-  FUZZ_CHECK(again->replayed_bytes == again->log_bytes,
-             "rewritten log not fully replayed");
+  FUZZ_CHECK(
+      again->replayed_bytes == again->log_bytes && again->damaged_at == -1,
+      "rewritten log not fully replayed");
   return 0;
 }

@@ -1,6 +1,8 @@
 // Sessions through the real server and client on stories260K (greedy,
 // exact tokens): every way a session's KV can be kept, shared, spilled,
 // dropped or restored gives the tokens of a session that never was.
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -257,6 +259,48 @@ TEST_F(SessionsTest, GracefulRestartKeepsSessionsAndTheirKv) {
 
 TEST_F(SessionsTest, KillNineLosesNoCompletedTurn) {
   RestartContinues(this, SIGKILL, golden_);
+}
+
+// Issue 35 item 5: one flipped byte in a session log's header lost the
+// session ("no readable header"). Flipped in the header and in the second
+// turn's record, the restarted server keeps the first turn, warns naming
+// the session and the byte, counts the recovery, and continues as if the
+// second turn had never been.
+TEST_F(SessionsTest, ADamagedLogKeepsTheTurnsBeforeTheDamage) {
+  const std::string dir = TempDir();
+  std::string id;
+  int64_t first_turn_end = 0;
+  {
+    Served s = Served::Start({"--session_dir=" + dir});
+    id = s.Create(kPrompt);
+    EXPECT_EQ(s.Continue(id, 10).ids, Golden(0, 10));
+    first_turn_end = std::filesystem::file_size(dir + "/" + id + ".log");
+    s.Continue(id, 10);
+    ASSERT_EQ(s.Get(id).num_tokens(), 25);
+    ASSERT_TRUE(s.server->SendSignal(SIGKILL).ok());
+    ASSERT_TRUE(s.server->WaitExit(absl::Seconds(20)).ok());
+  }
+  {
+    std::fstream log(dir + "/" + id + ".log",
+                     std::ios::in | std::ios::out | std::ios::binary);
+    for (int64_t offset : {int64_t{3}, first_turn_end + 14}) {
+      log.seekg(offset);
+      const char c = static_cast<char>(log.get());
+      log.seekp(offset);
+      log.put(static_cast<char>(c ^ 0x10));
+    }
+  }
+  Served s = Served::Start({"--session_dir=" + dir});
+  ASSERT_NE(s.client, nullptr);
+  EXPECT_EQ(s.Get(id).num_tokens(), 15);
+  EXPECT_EQ(s.Continue(id, 10).ids, Golden(10, 20));
+  EXPECT_EQ(s.Metric("kvserve_session_log_recoveries_total"), 1);
+  const std::string warned = s.server->stderr_text();
+  EXPECT_NE(warned.find("session " + id + ": its log is damaged at byte 0"),
+            std::string::npos)
+      << warned;
+  EXPECT_NE(warned.find(absl::StrCat("dropped the ")), std::string::npos)
+      << warned;
 }
 
 TEST_F(SessionsTest, ClientChosenIdsAreCheckedAndUnique) {

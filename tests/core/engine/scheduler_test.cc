@@ -46,6 +46,7 @@ class CountingObserver : public EngineObserver {
     evictions.push_back(std::string(reason));
   }
   void OnPreemption() override { ++preemptions; }
+  void OnSessionLogRecovered() override {}
   void OnStats(const EngineStats&) override {}
   void OnWarning(std::string_view) override {}
 

@@ -4,11 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 
+#include "core/util/little_endian.h"
+#include "core/util/xxhash64.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -129,7 +132,7 @@ TEST_F(SessionDirTest, SnapshotsAreWrittenReadAndStatted) {
 }
 
 TEST_F(SessionDirTest, TheLogGrowsByItsRecordsSizes) {
-  const std::string header = SessionDir::HeaderRecord(Sample());
+  const std::string header = SessionDir::StartRecords(Sample());
   const std::string append =
       SessionDir::AppendRecord(3, std::vector<int32_t>{4, 5});
   auto size = dir_->WriteRecord(kId, header, /*start=*/true);
@@ -169,18 +172,18 @@ TEST_F(SessionDirTest, ReplayedBytesStopAtADamagedRecord) {
   EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3}));
 }
 
-TEST_F(SessionDirTest, HeaderRecordBytesIsTheHeadersSize) {
+TEST_F(SessionDirTest, StartRecordsBytesIsTheirSize) {
   StoredSession s = Sample();
-  EXPECT_EQ(SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), {}),
-            static_cast<int64_t>(SessionDir::HeaderRecord(s).size()));
+  EXPECT_EQ(SessionDir::StartRecordsBytes(s.owner, s.tokens.size(), {}),
+            static_cast<int64_t>(SessionDir::StartRecords(s).size()));
   s.messages = {ChatMessage{.role = "user", .content = "hello"},
                 ChatMessage{.role = "assistant",
                             .content = "hi",
                             .name = "n",
                             .tool_call_id = "t",
                             .tool_calls_json = "[]"}};
-  EXPECT_EQ(SessionDir::HeaderRecordBytes(s.owner, s.tokens.size(), s.messages),
-            static_cast<int64_t>(SessionDir::HeaderRecord(s).size()));
+  EXPECT_EQ(SessionDir::StartRecordsBytes(s.owner, s.tokens.size(), s.messages),
+            static_cast<int64_t>(SessionDir::StartRecords(s).size()));
 }
 
 // A rewrite (compaction, repair) never truncates the log in place: a crash
@@ -194,7 +197,7 @@ TEST_F(SessionDirTest, StartingALogAgainReplacesItAtomically) {
   ASSERT_GE(old_fd, 0);
   StoredSession compacted = Sample();
   compacted.tokens = {1, 2, 3, 4, 5};
-  const std::string header = SessionDir::HeaderRecord(compacted);
+  const std::string header = SessionDir::StartRecords(compacted);
   ASSERT_EQ(*dir_->WriteRecord(kId, header, /*start=*/true),
             static_cast<int64_t>(header.size()));
   struct stat st;
@@ -301,6 +304,163 @@ TEST_F(SessionDirTest, ReplaysAChatSessionsConversation) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->tokens, (std::vector<int32_t>{1}));
   EXPECT_LT(loaded->replayed_bytes, loaded->log_bytes);
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A log started with a chat session and three appended turns, the second a
+// chat turn; what a replay holds after each write.
+struct Turns {
+  std::vector<int64_t> ends;  // the log's size after each write
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<ChatMessage>> messages;
+};
+
+Turns WriteTurns(SessionDir& dir, StoredSession s) {
+  s.messages = {ChatMessage{.role = "system", .content = "Be brief."}};
+  Turns t;
+  t.ends.push_back(*dir.Create(s));
+  t.tokens.push_back(s.tokens);
+  t.messages.push_back(s.messages);
+  for (int turn = 0; turn < 3; ++turn) {
+    const std::vector<int32_t> more = {10 * turn + 1, 10 * turn + 2};
+    const std::vector<ChatMessage> said = {
+        ChatMessage{.role = "user", .content = "Hi"}};
+    const bool chat = turn == 1;
+    t.ends.push_back(*dir.WriteRecord(
+        s.id,
+        SessionDir::AppendRecord(s.tokens.size(), more,
+                                 chat ? s.messages.size() : -1,
+                                 chat ? said : std::vector<ChatMessage>{}),
+        /*start=*/false));
+    s.tokens.insert(s.tokens.end(), more.begin(), more.end());
+    if (chat) s.messages.insert(s.messages.end(), said.begin(), said.end());
+    t.tokens.push_back(s.tokens);
+    t.messages.push_back(s.messages);
+  }
+  return t;
+}
+
+// Issue 35 item 5: one flipped byte in a log's header lost the whole
+// session ("no readable header"). Every byte of a small log is flipped in
+// turn: a damaged header is read from its copy, and a damaged record loses
+// it and what follows, never a record before it.
+TEST_F(SessionDirTest, AFlippedByteLosesNoRecordBeforeIt) {
+  const StoredSession sample = Sample();
+  const int64_t headers = SessionDir::StartRecordsBytes(sample.owner, 0, {});
+  const Turns t = WriteTurns(*dir_, sample);
+  const std::string log = ReadBytes(dir_->LogPath(kId));
+  ASSERT_EQ(static_cast<int64_t>(log.size()), t.ends.back());
+  for (int64_t offset = 0; offset < t.ends.back(); ++offset) {
+    SCOPED_TRACE(::testing::Message() << "byte " << offset);
+    std::string damaged = log;
+    damaged[offset] ^= 0x10;
+    WriteBytes(dir_->LogPath(kId), damaged);
+    auto s = dir_->Load(kId);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->owner, "alice");
+    EXPECT_EQ(s->ttl, absl::Seconds(90));
+    EXPECT_EQ(s->create_time, absl::FromUnixSeconds(1234));
+    EXPECT_EQ(s->log_bytes, t.ends.back());
+    if (offset < headers) {  // in the header or its copy
+      EXPECT_EQ(s->tokens, t.tokens.back());
+      EXPECT_EQ(s->messages, t.messages.back());
+      EXPECT_EQ(s->damaged_at, offset < headers / 2 ? 0 : headers / 2);
+      EXPECT_EQ(s->records_replayed, 4);
+      continue;
+    }
+    // The write holding the damaged byte, and those after it, are lost.
+    const int w =
+        std::upper_bound(t.ends.begin(), t.ends.end(), offset) - t.ends.begin();
+    const int64_t start = w == 0 ? headers : t.ends[w - 1];
+    EXPECT_EQ(s->damaged_at, start);
+    EXPECT_EQ(s->replayed_bytes, start);
+    EXPECT_EQ(s->records_replayed, w);
+    EXPECT_EQ(s->tokens, w == 0 ? std::vector<int32_t>{} : t.tokens[w - 1]);
+    EXPECT_EQ(s->messages,
+              w == 0 ? std::vector<ChatMessage>{} : t.messages[w - 1]);
+  }
+  // Both copies of the header damaged: nothing says whose session it is.
+  std::string damaged = log;
+  damaged[20] ^= 1;
+  damaged[headers / 2 + 20] ^= 1;
+  WriteBytes(dir_->LogPath(kId), damaged);
+  EXPECT_EQ(dir_->Load(kId).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// A log (re)started with a long history holds it in records of
+// kStartChunkTokens tokens: one flipped byte in its middle lost every
+// token, now it loses the chunks from the damaged one on.
+TEST_F(SessionDirTest, AFlippedByteInALongStartKeepsTheChunksBeforeIt) {
+  StoredSession big = Sample();
+  const int64_t chunk = SessionDir::kStartChunkTokens;
+  big.tokens.resize(2 * chunk + 100);
+  for (size_t i = 0; i < big.tokens.size(); ++i) big.tokens[i] = i % 1000;
+  big.messages = {ChatMessage{.role = "user", .content = "long"}};
+  const int64_t size = *dir_->Create(big);
+  EXPECT_EQ(size, SessionDir::StartRecordsBytes(big.owner, big.tokens.size(),
+                                                big.messages));
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tokens, big.tokens);
+  EXPECT_EQ(s->messages, big.messages);
+  EXPECT_EQ(s->records_replayed, 3);
+  EXPECT_EQ(s->damaged_at, -1);
+
+  const int64_t headers = SessionDir::StartRecordsBytes(big.owner, 0, {});
+  const int64_t second_chunk = headers + 12 + 16 + 4 * chunk;
+  std::string log = ReadBytes(dir_->LogPath(kId));
+  log[second_chunk + 12 + 16 + 4 * 100] ^= 0x10;  // the second chunk's 100th
+  WriteBytes(dir_->LogPath(kId), log);
+  s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->tokens, std::vector<int32_t>(big.tokens.begin(),
+                                            big.tokens.begin() + chunk));
+  // The conversation is in the last chunk: lost with it.
+  EXPECT_TRUE(s->messages.empty());
+  EXPECT_EQ(s->damaged_at, second_chunk);
+  EXPECT_EQ(s->records_replayed, 1);
+}
+
+// Logs written before the header had a copy: one record holding owner,
+// TTL, creation time, tokens and the conversation.
+TEST_F(SessionDirTest, LogsOfTheFirstFormatStillLoad) {
+  std::string payload = "KVSLOG1";
+  PutU64(payload, 5);
+  payload += "alice";
+  PutU64(payload, absl::ToInt64Nanoseconds(absl::Seconds(90)));
+  PutU64(payload, absl::ToUnixNanos(absl::FromUnixSeconds(1234)));
+  PutU64(payload, 3);
+  for (uint32_t t : {1, 2, 3}) PutU32(payload, t);
+  PutU64(payload, 0);  // conversation: keep 0, then one message
+  PutU64(payload, 1);
+  for (std::string_view field : {"user", "hi", "", "", ""}) {
+    PutU64(payload, field.size());
+    payload += field;
+  }
+  std::string log;
+  PutU32(log, payload.size());
+  PutU64(log, Xxh64(payload.data(), payload.size(), 0));
+  log += payload;
+  log += SessionDir::AppendRecord(3, std::vector<int32_t>{4});
+  WriteBytes(dir_->LogPath(kId), log);
+  auto s = dir_->Load(kId);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->owner, "alice");
+  EXPECT_EQ(s->ttl, absl::Seconds(90));
+  EXPECT_EQ(s->create_time, absl::FromUnixSeconds(1234));
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(s->messages,
+            (std::vector<ChatMessage>{{.role = "user", .content = "hi"}}));
+  EXPECT_EQ(s->replayed_bytes, s->log_bytes);
+  EXPECT_EQ(s->damaged_at, -1);
 }
 
 }  // namespace

@@ -74,9 +74,11 @@ struct Node {
                                 .vocab_size = kVocab,
                                 .max_context = kMaxContext,
                                 .session_dir_max_bytes = max_bytes,
-                                .on_evicted = [this](std::string_view reason) {
-                                  evictions.push_back(std::string(reason));
-                                }};
+                                .on_evicted =
+                                    [this](std::string_view reason) {
+                                      evictions.push_back(std::string(reason));
+                                    },
+                                .on_log_recovered = [this] { ++recoveries; }};
     auto t = SessionTiers::Create(
         options, store.get(), cache.get(),
         [this](std::string_view message) { warnings.Add(message); });
@@ -142,6 +144,7 @@ struct Node {
 
   Warnings warnings;  // outlives tiers, whose writer may warn while draining
   std::vector<std::string> evictions;  // on_evicted's reasons
+  int recoveries = 0;                  // on_log_recovered's calls
   std::unique_ptr<BlockPool> pool;
   std::unique_ptr<SessionStore> store;
   std::unique_ptr<PrefixCache> cache;
@@ -704,6 +707,58 @@ TEST_F(SessionTiersTest, ATornLogTailIsRewrittenSoLaterAppendsReplay) {
   EXPECT_EQ(TokensOnDisk(kId), (std::vector<int32_t>{1, 2, 6}));
 }
 
+// Flips one bit of the byte at `offset` in `path`.
+void FlipByte(const std::string& path, int64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  const char c = static_cast<char>(f.get());
+  f.seekp(offset);
+  f.put(static_cast<char>(c ^ 0x10));
+}
+
+// Issue 35 item 5: a damaged log is replayed as far as it holds, warned of
+// (the session, the byte, what was kept), counted, and rewritten whole.
+TEST_F(SessionTiersTest, ADamagedLogIsWarnedOfCountedAndRewritten) {
+  ASSERT_TRUE(
+      dir_->Create(StoredSession{.id = kId, .owner = "bob", .tokens = {1, 2}})
+          .ok());
+  ASSERT_TRUE(dir_->Append(kId, 2, std::vector<int32_t>{3}).ok());
+  const int64_t second = dir_->LogSize(kId);
+  ASSERT_TRUE(dir_->Append(kId, 3, std::vector<int32_t>{4}).ok());
+  const int64_t size = dir_->LogSize(kId);
+  FlipByte(dir_->LogPath(kId), 5);            // the header
+  FlipByte(dir_->LogPath(kId), second + 14);  // the last record
+  absl::StatusOr<Session*> s = node_->tiers->Find(kId, "bob");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ((*s)->owner, "bob");
+  EXPECT_TRUE(node_->warnings.Contains(absl::StrFormat(
+      "session %s: its log is damaged at byte 0 of %d", kId, size)))
+      << node_->warnings.size();
+  EXPECT_TRUE(node_->warnings.Contains(absl::StrFormat(
+      "kept 2 records (3 tokens, 0 messages) and dropped the %d bytes from "
+      "byte %d",
+      size - second, second)));
+  EXPECT_EQ(node_->recoveries, 1);
+  node_->tiers->Flush();
+  absl::StatusOr<StoredSession> disk = dir_->Load(kId);
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  EXPECT_EQ(disk->damaged_at, -1);
+  EXPECT_EQ(disk->tokens, (std::vector<int32_t>{1, 2, 3}));
+
+  // A damaged header copy loses nothing, and is rewritten too.
+  FlipByte(dir_->LogPath(kId), SessionDir::StartRecordsBytes("bob", 0, {}) / 2);
+  node_ = std::make_unique<Node>(path_);  // a restart
+  node_->tiers->LoadAll();
+  EXPECT_TRUE(
+      node_->warnings.Contains("all of them, the header read from "
+                               "its copy"));
+  EXPECT_EQ(node_->recoveries, 1);
+  node_->tiers->Flush();
+  EXPECT_EQ(dir_->Load(kId)->damaged_at, -1);
+  EXPECT_EQ(TokensOnDisk(kId), (std::vector<int32_t>{1, 2, 3}));
+}
+
 TEST_F(SessionTiersTest, AFailedLogWriteIsWarnedAndTheLogRewritten) {
   Session* s = node_->NewSession({1, 2});
   const std::string id = s->id;
@@ -785,7 +840,7 @@ TEST_F(SessionTiersTest, ASmallLogIsOnlyAppendedTo) {
   Session* s = node_->NewSession({1, 2});
   node_->tiers->StartLog(*s, [](absl::Status) {});
   int64_t expected =
-      SessionDir::HeaderRecordBytes(s->owner, s->tokens.size(), {});
+      SessionDir::StartRecordsBytes(s->owner, s->tokens.size(), {});
   for (int round = 0; round < 5; ++round) {
     s->tokens.push_back(3);
     node_->tiers->Log(*s, [](absl::Status) {});
@@ -803,7 +858,7 @@ class SessionTiersQuotaTest : public SessionTiersTest {
   static constexpr int kTokens = 8;
   void SetUp() override {
     SessionTiersTest::SetUp();
-    log_bytes_ = SessionDir::HeaderRecordBytes("alice", kTokens, {});
+    log_bytes_ = SessionDir::StartRecordsBytes("alice", kTokens, {});
     // A snapshot's size, from an unlimited node.
     Session* s = node_->NewSession(Range(kTokens));
     node_->tiers->StartLog(*s, [](absl::Status) {});
