@@ -1,10 +1,13 @@
 // build/kvctl as a user runs it, against a real kvserve: output formats,
 // flags before or after the command, exit codes and error messages.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -90,6 +93,47 @@ TEST_F(KvctlTest, HealthOfAnUnreachableServerFailsFast) {
   EXPECT_TRUE(absl::StartsWith(result.err, "kvctl: UNAVAILABLE: "))
       << result.err;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Issue 35 item 6: --help states exit 2 for NOT_SERVING. A server that got
+// SIGTERM says NOT_SERVING while its queued requests run to their end.
+TEST_F(KvctlTest, HealthOfADrainingServerIsNotServingAndExitsTwo) {
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--max_running=1");  // the requests below queue
+  flags.push_back("--shutdown_grace_seconds=60");
+  auto server = ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<Client> client = *Client::Connect((*server)->grpc_address());
+  // Seconds of work: 16 requests of 500 tokens, one at a time.
+  std::atomic<int> tokens{0};
+  std::vector<std::thread> streams;
+  for (int i = 0; i < 16; ++i) {
+    streams.emplace_back([&] {
+      v1::GenerateRequest request = GreedyRequest(500);
+      request.mutable_prompt()->set_text("Once upon a time");
+      (void)client->Generate(request, [&](const v1::GeneratedToken&) {
+        tokens.fetch_add(1);
+        return true;
+      });
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (tokens.load() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE((*server)->SendSignal(SIGTERM).ok());
+  while (!absl::StrContains((*server)->stderr_text(), "draining") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  CommandResult result = KvctlAt((*server)->grpc_address(), {"health"});
+  const int still_running = 16 * 500 - tokens.load();
+  EXPECT_EQ(result.status.code, 2) << result.err;
+  EXPECT_EQ(result.out, "NOT_SERVING\n");
+  EXPECT_EQ(result.err, "");
+  EXPECT_GT(still_running, 0) << "the requests ended before the check";
+  ASSERT_TRUE((*server)->SendSignal(SIGKILL).ok());  // no need to wait
+  for (std::thread& t : streams) t.join();
 }
 
 TEST_F(KvctlTest, GenerateJsonMatchesTheClientsTokens) {
