@@ -27,7 +27,8 @@ RUN apt-get update -q \
       libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
       prometheus-cpp-dev \
       libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev \
-      libxxhash-dev libssl-dev libcpp-httplib-dev libpcre2-dev \
+      libxxhash-dev libssl-dev libboost-dev zlib1g-dev \
+      libpcre2-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

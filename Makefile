@@ -11,7 +11,8 @@ DEPS := cmake make g++ pkg-config clang-format ccache mold \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libxxhash-dev \
-  libssl-dev openssl libcpp-httplib-dev libpcre2-dev python3-jinja2 curl
+  libssl-dev openssl libboost-dev zlib1g-dev libpcre2-dev \
+  python3-jinja2 curl iproute2
 
 # Tracked and new (not ignored) C++ files that exist: a file deleted or moved
 # but not yet committed is skipped, a new one is checked before its commit.
@@ -147,7 +148,7 @@ soak-60s: build
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZERS ?= gguf llama2c tokenizer_spm tokenizer_bpe utf8 session_log \
-  kv_snapshot quant_blocks jinja http_request request_handlers
+  kv_snapshot quant_blocks jinja http_request http_framing request_handlers
 FUZZ_DEPS := clang libclang-rt-14-dev libomp-dev
 
 fuzz-deps: deps

@@ -135,6 +135,9 @@ ABSL_FLAG(std::string, http_listen, "",
           "OpenAI-compatible HTTP API address (host:port); empty disables "
           "it. HTTPS with --tls_cert/--tls_key; a non-loopback address needs "
           "TLS or --insecure, as --listen does");
+ABSL_FLAG(int32_t, http_max_connections, 4096,
+          "open HTTP connections at most; past it a new connection is "
+          "answered 503 and closed (each may hold a request of up to 8 MiB)");
 ABSL_FLAG(bool, insecure, false,
           "allow plaintext gRPC on a --listen reachable from other machines "
           "(TLS terminates in front of kvserve: a router or service mesh)");
@@ -263,6 +266,12 @@ HttpOptionsFromFlags() {
         absl::StrCat("--http_listen: ", s.message()));
   }
   options.threads = 2 * std::max(1, absl::GetFlag(FLAGS_max_running));
+  options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  if (options.max_connections < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http_max_connections must be at least 1, got ",
+                     options.max_connections));
+  }
   options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   return options;
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <future>
 #include <optional>
 #include <string>
@@ -13,13 +12,13 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/chat/chat_prompt.h"
 #include "core/util/quote.h"
 #include "core/util/status_reason.h"
-#include "httplib.h"
 #include "server/http/openai_json.h"
 #include "server/http/sse.h"
 #include "server/http/token_queue.h"
@@ -68,17 +67,17 @@ class RequestRecord {
   bool finished_ = false;
 };
 
-void WriteJson(httplib::Response& res, int status, const Json& json) {
-  res.status = status;
-  res.set_content(Dump(json), kJsonContentType);
+bool WriteJson(Responder& res, int status, const Json& json,
+               const HeaderList& headers = {}) {
+  return res.Send(status, kJsonContentType, Dump(json), headers);
 }
 
-void WriteError(httplib::Response& res, const absl::Status& status) {
-  WriteJson(res, HttpStatus(status.code()), ErrorJson(status));
+bool WriteError(Responder& res, const absl::Status& status) {
+  return WriteJson(res, HttpStatus(status.code()), ErrorJson(status));
 }
 
 // The body as a JSON object; an empty body is {} when `empty_ok`.
-absl::StatusOr<Json> Body(const httplib::Request& req, bool empty_ok = false) {
+absl::StatusOr<Json> Body(const HttpRequest& req, bool empty_ok = false) {
   if (empty_ok && req.body.empty()) return Json::object();
   return ParseBody(req.body);
 }
@@ -97,8 +96,7 @@ absl::StatusOr<T> Await(Start start) {
   return future.get();
 }
 
-// One generation request, shared by its handler and (streaming) the
-// content provider and releaser httplib runs on the same worker thread.
+// One generation request, on its worker.
 struct Generation {
   // The engine holds the queue by a raw pointer until OnFinish: whatever
   // ends the request (an exception too) waits for that.
@@ -159,87 +157,102 @@ class HttpServer::Handlers {
         serving_(serving),
         created_(absl::ToUnixSeconds(absl::Now())) {}
 
-  void Register(httplib::Server& s) {
-    s.Post("/v1/chat/completions",
-           [this](const httplib::Request& req, httplib::Response& res) {
-             Generate(Endpoint::kChatCompletions, req, res);
-           });
-    s.Post("/v1/completions",
-           [this](const httplib::Request& req, httplib::Response& res) {
-             Generate(Endpoint::kCompletions, req, res);
-           });
-    s.Get("/v1/models", Unary("GET /v1/models", &Handlers::Models));
-    s.Get("/v1/models/(.+)", Unary("GET /v1/models/{id}", &Handlers::Model));
-    s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (serving_->load()) {
-        WriteJson(res, 200, {{"status", "ok"}});
-      } else {
-        WriteError(res, absl::UnavailableError("the server is shutting down"));
-      }
-    });
-    s.Post("/tokenize", Unary("POST /tokenize", &Handlers::Tokenize));
-    s.Post("/detokenize", Unary("POST /detokenize", &Handlers::Detokenize));
-    s.Post("/apply-template",
-           Unary("POST /apply-template", &Handlers::ApplyTemplate));
-    s.Post("/sessions", Unary("POST /sessions", &Handlers::CreateSession));
-    s.Delete("/sessions/([^/]+)",
-             Unary("DELETE /sessions/{id}", &Handlers::DeleteSession));
-
-    // Errors httplib answers itself (no route, body too large) and those of
-    // our handlers (a body already set) in one shape.
-    s.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          if (!res.body.empty())
-            return httplib::Server::HandlerResponse::Unhandled;
-          std::string message, code;
-          if (res.status == 404) {
-            // Client text, quoted to 64 bytes (a 100 KB path gave a
-            // 100 KB error).
-            message = absl::StrCat("no route for ", QuoteClientText(req.method),
-                                   " ", QuoteClientText(req.path));
-            code = "not_found";
-          } else if (res.status == 413) {
-            message = absl::StrFormat("the request body exceeds %d bytes",
-                                      options_.max_body_bytes);
-            code = "payload_too_large";
-          } else {
-            message = absl::StrCat("HTTP status ", res.status);
-            code = "http_error";
-          }
-          res.set_content(Dump(ErrorJson(res.status, message, code)),
-                          kJsonContentType);
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    s.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                               std::exception_ptr ep) {
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      WriteError(res, absl::InternalError(what));
-    });
+  // The route of a request, from its header: /health answered now, an
+  // unknown route 404, a failed authentication 401/403 (its body never
+  // read), else the handler to run with the body.
+  Admission Admit(const HttpRequest& req) {
+    const std::string_view path = req.path;
+    if (req.method == "GET" && path == "/health") {
+      const absl::Status status =
+          serving_->load()
+              ? absl::OkStatus()
+              : absl::UnavailableError("the server is shutting down");
+      return Answer(status.ok() ? 200 : HttpStatus(status.code()),
+                    status.ok() ? Json{{"status", "ok"}} : ErrorJson(status));
+    }
+    constexpr std::string_view kModels = "/v1/models/";
+    constexpr std::string_view kSessions = "/sessions/";
+    if (req.method == "POST" && path == "/v1/chat/completions") {
+      return Generating(req, Endpoint::kChatCompletions);
+    }
+    if (req.method == "POST" && path == "/v1/completions") {
+      return Generating(req, Endpoint::kCompletions);
+    }
+    if (req.method == "GET" && path == "/v1/models") {
+      return Unary(req, "GET /v1/models", &Handlers::Models, "");
+    }
+    if (req.method == "GET" && path.substr(0, kModels.size()) == kModels &&
+        path.size() > kModels.size()) {
+      return Unary(req, "GET /v1/models/{id}", &Handlers::Model,
+                   path.substr(kModels.size()));
+    }
+    if (req.method == "POST" && path == "/tokenize") {
+      return Unary(req, "POST /tokenize", &Handlers::Tokenize, "");
+    }
+    if (req.method == "POST" && path == "/detokenize") {
+      return Unary(req, "POST /detokenize", &Handlers::Detokenize, "");
+    }
+    if (req.method == "POST" && path == "/apply-template") {
+      return Unary(req, "POST /apply-template", &Handlers::ApplyTemplate, "");
+    }
+    if (req.method == "POST" && path == "/sessions") {
+      return Unary(req, "POST /sessions", &Handlers::CreateSession, "");
+    }
+    if (req.method == "DELETE" &&
+        path.substr(0, kSessions.size()) == kSessions &&
+        path.size() > kSessions.size() &&
+        path.find('/', kSessions.size()) == std::string_view::npos) {
+      return Unary(req, "DELETE /sessions/{id}", &Handlers::DeleteSession,
+                   path.substr(kSessions.size()));
+    }
+    return Answer(404, ErrorJson(404,
+                                 absl::StrCat("no route for ",
+                                              QuoteClientText(req.method), " ",
+                                              QuoteClientText(req.path)),
+                                 "not_found"));
   }
 
   void Stop() { stopping_.store(true); }
 
  private:
-  using UnaryBody = absl::StatusOr<Json> (Handlers::*)(const httplib::Request&,
-                                                       const Caller&);
+  using UnaryBody = absl::StatusOr<Json> (Handlers::*)(const HttpRequest&,
+                                                       const Caller&,
+                                                       std::string_view match);
 
-  // A route answering one JSON object: authenticate, run `body`, write the
-  // result or the error, record metrics.
-  httplib::Server::Handler Unary(const char* method, UnaryBody body) {
-    return [this, method, body](const httplib::Request& req,
-                                httplib::Response& res) {
+  static Admission Answer(int status, const Json& json) {
+    Admission a;
+    a.status = status;
+    a.body = Dump(json);
+    return a;
+  }
+
+  // Authenticates from the header; a refusal is answered (and recorded
+  // under `method`) without reading the body.
+  std::optional<Admission> Refused(const HttpRequest& req, const char* method,
+                                   Caller* caller) const {
+    absl::StatusOr<Caller> c = Authenticate(req);
+    if (c.ok()) {
+      *caller = *std::move(c);
+      return std::nullopt;
+    }
+    RequestRecord record(deps_.metrics, method);
+    record.Finish(c.status());
+    return Answer(HttpStatus(c.status().code()), ErrorJson(c.status()));
+  }
+
+  // A route answering one JSON object: run `body`, write the result or the
+  // error, record metrics.
+  Admission Unary(const HttpRequest& req, const char* method, UnaryBody body,
+                  std::string_view match) {
+    Caller caller;
+    if (std::optional<Admission> refused = Refused(req, method, &caller)) {
+      return *std::move(refused);
+    }
+    Admission a;
+    a.run = [this, method, body, caller = std::move(caller),
+             match = std::string(match)](HttpRequest& req, Responder& res) {
       RequestRecord record(deps_.metrics, method);
-      absl::StatusOr<Json> out = [&]() -> absl::StatusOr<Json> {
-        absl::StatusOr<Caller> caller = Authenticate(req);
-        if (!caller.ok()) return caller.status();
-        return (this->*body)(req, *caller);
-      }();
+      absl::StatusOr<Json> out = (this->*body)(req, caller, match);
       if (out.ok()) {
         WriteJson(res, 200, *out);
       } else {
@@ -247,34 +260,47 @@ class HttpServer::Handlers {
       }
       record.Finish(out.status());
     };
+    return a;
   }
 
-  absl::StatusOr<Caller> Authenticate(const httplib::Request& req) const {
-    std::optional<std::string_view> authorization;
-    std::string value;
-    if (req.has_header("Authorization")) {
-      value = req.get_header_value("Authorization");
-      authorization = value;
+  Admission Generating(const HttpRequest& req, Endpoint endpoint) {
+    const char* const method = endpoint == Endpoint::kChatCompletions
+                                   ? "POST /v1/chat/completions"
+                                   : "POST /v1/completions";
+    Caller caller;
+    if (std::optional<Admission> refused = Refused(req, method, &caller)) {
+      return *std::move(refused);
     }
-    return deps_.auth->Authenticate(authorization, "",
+    Admission a;
+    a.run = [this, endpoint, method, caller = std::move(caller)](
+                HttpRequest& req, Responder& res) {
+      Generate(endpoint, method, caller, req, res);
+    };
+    return a;
+  }
+
+  absl::StatusOr<Caller> Authenticate(const HttpRequest& req) const {
+    return deps_.auth->Authenticate(req.Header("authorization"), "",
                                     Authenticator::Via::kHttpHeader);
   }
 
   const std::string& model_name() const { return deps_.weights->name; }
 
-  absl::StatusOr<Json> Models(const httplib::Request&, const Caller&) {
+  absl::StatusOr<Json> Models(const HttpRequest&, const Caller&,
+                              std::string_view) {
     return ModelListJson(model_name(), created_, deps_.engine->max_context());
   }
 
-  absl::StatusOr<Json> Model(const httplib::Request& req, const Caller&) {
-    if (absl::Status s = CheckModel(req.matches[1].str(), model_name());
-        !s.ok()) {
+  absl::StatusOr<Json> Model(const HttpRequest&, const Caller&,
+                             std::string_view id) {
+    if (absl::Status s = CheckModel(std::string(id), model_name()); !s.ok()) {
       return s;
     }
     return ModelJson(model_name(), created_, deps_.engine->max_context());
   }
 
-  absl::StatusOr<Json> Tokenize(const httplib::Request& req, const Caller&) {
+  absl::StatusOr<Json> Tokenize(const HttpRequest& req, const Caller&,
+                                std::string_view) {
     absl::StatusOr<Json> body = Body(req);
     if (!body.ok()) return body.status();
     absl::StatusOr<TokenizeRequest> r = ParseTokenizeRequest(*body);
@@ -284,7 +310,8 @@ class HttpServer::Handlers {
                         r->with_pieces);
   }
 
-  absl::StatusOr<Json> Detokenize(const httplib::Request& req, const Caller&) {
+  absl::StatusOr<Json> Detokenize(const HttpRequest& req, const Caller&,
+                                  std::string_view) {
     absl::StatusOr<Json> body = Body(req);
     if (!body.ok()) return body.status();
     absl::StatusOr<std::vector<int32_t>> ids =
@@ -293,8 +320,8 @@ class HttpServer::Handlers {
     return Json{{"content", http::Detokenize(*deps_.tokenizer, *ids)}};
   }
 
-  absl::StatusOr<Json> ApplyTemplate(const httplib::Request& req,
-                                     const Caller&) {
+  absl::StatusOr<Json> ApplyTemplate(const HttpRequest& req, const Caller&,
+                                     std::string_view) {
     absl::StatusOr<Json> body = Body(req);
     if (!body.ok()) return body.status();
     absl::StatusOr<ChatTemplateInput> input = ParseApplyTemplateRequest(*body);
@@ -305,8 +332,8 @@ class HttpServer::Handlers {
     return Json{{"prompt", prompt->text}};
   }
 
-  absl::StatusOr<Json> CreateSession(const httplib::Request& req,
-                                     const Caller& caller) {
+  absl::StatusOr<Json> CreateSession(const HttpRequest& req,
+                                     const Caller& caller, std::string_view) {
     absl::StatusOr<Json> body = Body(req, /*empty_ok=*/true);
     if (!body.ok()) return body.status();
     absl::StatusOr<std::optional<absl::Duration>> ttl =
@@ -323,9 +350,9 @@ class HttpServer::Handlers {
     return Json{{"id", info->id}, {"object", "session"}};
   }
 
-  absl::StatusOr<Json> DeleteSession(const httplib::Request& req,
-                                     const Caller& caller) {
-    const std::string id = req.matches[1].str();
+  absl::StatusOr<Json> DeleteSession(const HttpRequest&, const Caller& caller,
+                                     std::string_view match) {
+    const std::string id(match);
     absl::StatusOr<bool> deleted = Await<bool>([&](Callback<bool> done) {
       deps_.engine->DeleteSession(id, caller.owner, std::move(done));
     });
@@ -333,22 +360,22 @@ class HttpServer::Handlers {
     return Json{{"id", id}, {"object", "session"}, {"deleted", true}};
   }
 
-  // The next event of `g`, cancelling its call once the server stops.
-  TokenQueue::Event Wait(Generation& g) {
+  // The next event of `g`, cancelling its call once the server stops or
+  // its client leaves.
+  TokenQueue::Event Wait(Generation& g, Responder& res) {
     while (true) {
       if (std::optional<TokenQueue::Event> event =
               g.queue->Next(kPollInterval)) {
         return *std::move(event);
       }
-      if (stopping_.load()) g.call->Cancel();
+      if (stopping_.load() || res.ClientGone()) g.call->Cancel();
     }
   }
 
   // The GenerateParams of a request, or why it cannot run.
   absl::StatusOr<GenerationRequest> Prepare(Endpoint endpoint,
-                                            const httplib::Request& req) {
-    absl::StatusOr<Caller> caller = Authenticate(req);
-    if (!caller.ok()) return caller.status();
+                                            const Caller& caller,
+                                            const HttpRequest& req) {
     absl::StatusOr<Json> body = Body(req);
     if (!body.ok()) return body.status();
     absl::StatusOr<GenerationRequest> r =
@@ -357,77 +384,74 @@ class HttpServer::Handlers {
             : ParseCompletionRequest(*body, options_.default_max_tokens);
     if (!r.ok()) return r.status();
     if (absl::Status s = CheckModel(r->model, model_name()); !s.ok()) return s;
-    if (std::string id = req.get_header_value(kSessionHeader); !id.empty()) {
-      r->params.session_id = std::move(id);
+    if (std::optional<std::string_view> id = req.Header(kSessionHeader);
+        id.has_value() && !id->empty()) {
+      r->params.session_id = std::string(*id);
     }
-    r->params.owner = caller->owner;
+    r->params.owner = caller.owner;
     if (auto* chat = std::get_if<ChatInput>(&r->params.prompt)) {
       chat->tools_json = r->tools_json;
     }
     return r;
   }
 
-  void Generate(Endpoint endpoint, const httplib::Request& req,
-                httplib::Response& res) {
-    auto g = std::make_shared<Generation>();
-    g->record = std::make_unique<RequestRecord>(
-        deps_.metrics, endpoint == Endpoint::kChatCompletions
-                           ? "POST /v1/chat/completions"
-                           : "POST /v1/completions");
-    absl::StatusOr<GenerationRequest> r = Prepare(endpoint, req);
+  void Generate(Endpoint endpoint, const char* method, const Caller& caller,
+                const HttpRequest& req, Responder& res) {
+    Generation g;
+    g.record = std::make_unique<RequestRecord>(deps_.metrics, method);
+    absl::StatusOr<GenerationRequest> r = Prepare(endpoint, caller, req);
     if (!r.ok()) {
       WriteError(res, r.status());
-      g->record->Finish(r.status());
+      g.record->Finish(r.status());
       return;
     }
-    g->meta = ResponseMeta{
+    g.meta = ResponseMeta{
         .endpoint = endpoint,
         .id = NewResponseId(endpoint == Endpoint::kChatCompletions ? "chatcmpl-"
                                                                    : "cmpl-"),
         .created = absl::ToUnixSeconds(absl::Now()),
         .model = model_name()};
-    g->logprobs = r->logprobs;
-    g->include_usage = r->stream && r->include_usage;
-    g->queue = std::make_shared<TokenQueue>();
-    g->call =
-        std::make_shared<GenerateCall>(std::move(r->params), g->queue.get());
-    deps_.engine->Submit(g->call);
-    const bool stream = r->stream;
-    if (!stream) {
-      Respond(*g, res);
+    g.logprobs = r->logprobs;
+    g.include_usage = r->stream && r->include_usage;
+    g.queue = std::make_shared<TokenQueue>();
+    g.call =
+        std::make_shared<GenerateCall>(std::move(r->params), g.queue.get());
+    deps_.engine->Submit(g.call);
+    if (!r->stream) {
+      Respond(g, res);
       return;
     }
     // Errors before the first token (an unknown session, a full queue)
     // are HTTP errors; once a token came, the answer is a 200 stream.
-    g->first = Wait(*g);
-    if (auto* result = std::get_if<absl::StatusOr<GenerateResult>>(&*g->first);
+    g.first = Wait(g, res);
+    if (auto* result = std::get_if<absl::StatusOr<GenerateResult>>(&*g.first);
         result != nullptr && !result->ok()) {
       WriteError(res, result->status());
-      g->record->Finish(result->status());
+      g.record->Finish(result->status());
       return;
     }
-    if (!g->call->params().session_id.empty()) {
-      res.set_header(kSessionHeader, g->call->params().session_id);
+    HeaderList headers = {{"Cache-Control", "no-cache"}};
+    if (!g.call->params().session_id.empty()) {
+      headers.emplace_back(kSessionHeader, g.call->params().session_id);
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        kSseContentType,
-        [this, g](size_t, httplib::DataSink& sink) {
-          return StreamStep(*g, sink);
-        },
-        [g](bool) {
-          g->call->Cancel();  // no-op when it finished
-          g->queue->WaitFinished();
-          g->record->Finish(g->status);
-        });
+    bool ok = res.StartStream(200, kSseContentType, headers);
+    while (ok && !g.done) ok = StreamStep(g, res);
+    if (ok) ok = res.EndStream();
+    if (!ok) {
+      g.call->Cancel();  // a no-op once it finished
+      if (!g.done) g.status = absl::CancelledError("the client went away");
+    }
+    g.queue->WaitFinished();
+    g.record->Finish(g.status);
   }
 
   // The non-streaming answer, once the engine finished.
-  void Respond(Generation& g, httplib::Response& res) {
+  void Respond(Generation& g, Responder& res) {
     while (true) {
-      TokenQueue::Event event = Wait(g);
+      TokenQueue::Event event = Wait(g, res);
       if (auto* token = std::get_if<GeneratedToken>(&event)) {
         g.Add(*deps_.tokenizer, *token);
+        if (res.ClientGone()) g.call->Cancel();
         continue;
       }
       const auto& result = std::get<absl::StatusOr<GenerateResult>>(event);
@@ -436,21 +460,29 @@ class HttpServer::Handlers {
         g.record->Finish(result.status());
         return;
       }
+      HeaderList headers;
       if (!result->session_id.empty()) {
-        res.set_header(kSessionHeader, result->session_id);
+        headers.emplace_back(kSessionHeader, result->session_id);
       }
-      WriteJson(res, 200,
-                CompletionJson(g.meta, g.text + result->text, *result,
-                               g.AllEntries()));
-      g.record->Finish(absl::OkStatus());
+      // Cut short because its client left (and nobody read the answer):
+      // counted as cancelled, as a gRPC call whose client left is.
+      const bool delivered =
+          !g.call->cancelled() &&
+          WriteJson(res, 200,
+                    CompletionJson(g.meta, g.text + result->text, *result,
+                                   g.AllEntries()),
+                    headers);
+      g.record->Finish(delivered
+                           ? absl::OkStatus()
+                           : absl::CancelledError("the client went away"));
       return;
     }
   }
 
-  // One turn of httplib's chunked-content loop: waits for the next event
-  // (at most kPollInterval) and writes its SSE events. False ends the
-  // response: the client is gone (the generation is cancelled).
-  bool StreamStep(Generation& g, httplib::DataSink& sink) {
+  // One step of a stream: waits for the next event (at most kPollInterval)
+  // and writes its SSE events. False: the client is gone (the caller
+  // cancels the generation).
+  bool StreamStep(Generation& g, Responder& res) {
     std::string out;
     const bool chat = g.meta.endpoint == Endpoint::kChatCompletions;
     if (!g.role_sent) {
@@ -470,6 +502,7 @@ class HttpServer::Handlers {
     }
     if (!event.has_value()) {
       if (stopping_.load()) g.call->Cancel();
+      if (res.ClientGone()) return false;
     } else if (auto* token = std::get_if<GeneratedToken>(&*event)) {
       std::optional<TokenLogprobEntry> entry = g.Add(*deps_.tokenizer, *token);
       if (!token->text.empty() || entry.has_value()) {
@@ -498,13 +531,7 @@ class HttpServer::Handlers {
       g.done = true;
       g.status = result.status();
     }
-    if (!out.empty() && !sink.write(out.data(), out.size())) {
-      g.call->Cancel();
-      g.status = absl::CancelledError("the client went away");
-      return false;
-    }
-    if (g.done) sink.done();
-    return true;
+    return out.empty() || res.Write(std::move(out));
   }
 
   const Options& options_;
@@ -524,70 +551,30 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(
   std::unique_ptr<HttpServer> s(new HttpServer(options, deps));
   s->handlers_ =
       std::make_unique<Handlers>(s->options_, s->deps_, &s->serving_);
-
-  const TlsOptions& tls = options.tls;
-  if (tls.enabled()) {
-    auto ssl = std::make_unique<httplib::SSLServer>(
-        tls.cert_file.c_str(), tls.key_file.c_str(),
-        tls.client_ca_file.empty() ? nullptr : tls.client_ca_file.c_str());
-    if (!ssl->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "cannot serve HTTPS with --tls_cert=%s --tls_key=%s%s", tls.cert_file,
-          tls.key_file,
-          tls.client_ca_file.empty()
-              ? ""
-              : absl::StrCat(" --tls_client_ca=", tls.client_ca_file)));
-    }
-    s->server_ = std::move(ssl);
-  } else {
-    s->server_ = std::make_unique<httplib::Server>();
-  }
-  httplib::Server& server = *s->server_;
-  const int threads = std::max(1, options.threads);
-  server.new_task_queue = [threads] {
-    return new httplib::ThreadPool(threads);
-  };
-  server.set_payload_max_length(options.max_body_bytes);
-  // httplib's default options add SO_REUSEPORT, with which a second kvserve
-  // on the same --http_listen started and took half the connections: only
-  // SO_REUSEADDR (a restart may bind while old connections linger).
-  server.set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  s->handlers_->Register(server);
-
-  // getaddrinfo wants an IPv6 address without its brackets.
-  std::string host = hp->host;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  int port = hp->port;
-  if (port == 0) {
-    port = server.bind_to_any_port(host);
-  } else if (!server.bind_to_port(host, port)) {
-    port = -1;
-  }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen,
-                     ": the address is in use or not this machine's"));
-  }
-  s->port_ = port;
+  HttpTransport::Options transport;
+  transport.listen = options.listen;
+  transport.tls = options.tls;
+  transport.limits.max_body_bytes = options.max_body_bytes;
+  transport.workers = std::max(1, options.threads);
+  transport.max_connections = std::max(1, options.max_connections);
+  Handlers* handlers = s->handlers_.get();
+  absl::StatusOr<std::unique_ptr<HttpTransport>> t = HttpTransport::Create(
+      transport,
+      [handlers](const HttpRequest& req) { return handlers->Admit(req); });
+  if (!t.ok()) return t.status();
+  s->transport_ = *std::move(t);
+  s->port_ = s->transport_->port();
   return s;
 }
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Start() {
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-}
+void HttpServer::Start() { transport_->Start(); }
 
 void HttpServer::Stop() {
-  if (server_ == nullptr) return;
+  if (transport_ == nullptr) return;
   handlers_->Stop();
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  transport_->Stop();
 }
 
 }  // namespace kvserve::http

@@ -15,15 +15,19 @@
 // messages; without one a request runs on an ephemeral session (the prefix
 // cache still reuses KV across requests).
 //
-// Threads: cpp-httplib runs each connection on one of `threads` workers; a
-// request holds its worker until it ends (a stream: until the last event),
-// and an idle keep-alive connection holds one for up to 5 s. The engine's
-// TokenSink callbacks only push into a TokenQueue; the worker waits on it.
+// Transport (http_transport.h): Boost.Beast over Asio. Slow and idle
+// clients hold a socket, not a thread: the header must arrive within 10 s
+// and 32 KiB / 100 fields, the body (chunked or not, gzip or deflate
+// decoded) within max_body_bytes, both checked while reading and before
+// any handler runs; authentication runs on the header, so an
+// unauthenticated client's body is never read. GET /health is answered on
+// the I/O threads; every other request runs on one of `threads` workers
+// once its body is read. The engine's TokenSink callbacks only push into
+// a TokenQueue; the worker waits on it.
 //
-// Client disconnect: a stream whose write fails cancels its generation at
-// the next engine step. A non-streaming request cannot notice: cpp-httplib
-// 0.11 gives a handler no view of its connection, so such a request runs to
-// its end (at most max_tokens) after its client left.
+// Client disconnect: a request whose client closed its connection (seen
+// by poll, streaming or not) or whose write failed is cancelled at the
+// next engine step.
 //
 // Thread-safety: Start/Stop/SetServing from one thread; handlers run on the
 // workers.
@@ -35,7 +39,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "core/chat/chat_template.h"
@@ -43,12 +46,9 @@
 #include "core/model/weights.h"
 #include "core/tokenizer/tokenizer.h"
 #include "server/auth.h"
+#include "server/http/http_transport.h"
 #include "server/metrics.h"
 #include "server/tls.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 namespace kvserve::http {
 
@@ -58,11 +58,13 @@ class HttpServer {
     std::string listen;  // "host:port"; port 0 picks a free one
     // enabled(): HTTPS with these files (client_ca_file: mutual TLS).
     TlsOptions tls;
-    int threads = 128;  // workers; each streaming request holds one
+    int threads = 128;  // workers; each running request holds one
     // Larger bodies are refused with 413. 8 MiB holds a full 128k-token
     // conversation as text several times over.
     size_t max_body_bytes = size_t{8} << 20;
     int default_max_tokens = 256;  // when a request sets none
+    // Open connections; past it a new one is answered 503 and closed.
+    int max_connections = 4096;
   };
 
   struct Deps {
@@ -80,7 +82,7 @@ class HttpServer {
       const Options& options, const Deps& deps);
   ~HttpServer();  // Stop()
 
-  // Serves on a thread of its own.
+  // Serves on threads of its own.
   void Start();
   // /health answers 503 once false (draining).
   void SetServing(bool serving) { serving_.store(serving); }
@@ -97,10 +99,9 @@ class HttpServer {
   const Options options_;
   const Deps deps_;
   std::unique_ptr<Handlers> handlers_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpTransport> transport_;
   int port_ = 0;
   std::atomic<bool> serving_{true};
-  std::thread thread_;
 };
 
 }  // namespace kvserve::http

@@ -188,8 +188,8 @@ TEST(ProcessNameTest, IsKvserveAfterTheWaitPolicyReexecution) {
       << "pidof kvserve: " << pidof.out;
 }
 
-// gRPC (SO_REUSEPORT by default) and the HTTP server (httplib's default
-// socket options) let a second kvserve start on a running one's ports, and
+// gRPC (SO_REUSEPORT by default) and the HTTP server (cpp-httplib's, as it
+// was, set it too) let a second kvserve start on a running one's ports, and
 // the kernel split the connections, and so the sessions, between them.
 // Each port refuses to start when taken, naming the address.
 TEST(PortTest, ASecondServerOnATakenPortRefusesToStart) {
