@@ -78,6 +78,21 @@ ABSL_FLAG(std::optional<float>, top_p, std::nullopt,
           "generate: nucleus sampling mass (0 or 1: off).");
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
           "generate: RNG seed, for reproducible sampling (default: random).");
+ABSL_FLAG(std::optional<float>, min_p, std::nullopt,
+          "generate: keep tokens at least P times as likely as the most "
+          "likely one (0: off).");
+ABSL_FLAG(std::optional<float>, presence_penalty, std::nullopt,
+          "generate: OpenAI's presence penalty in [-2, 2] (0: off).");
+ABSL_FLAG(std::optional<float>, frequency_penalty, std::nullopt,
+          "generate: OpenAI's frequency penalty in [-2, 2] (0: off).");
+ABSL_FLAG(std::optional<float>, repeat_penalty, std::nullopt,
+          "generate: llama.cpp's repeat penalty, > 0 (1: off).");
+ABSL_FLAG(std::optional<int32_t>, repeat_last_n, std::nullopt,
+          "generate: tokens of the history the repeat penalty looks at "
+          "(default 64; -1: all; 0: off).");
+ABSL_FLAG(std::vector<std::string>, logit_bias, {},
+          "generate: ID:BIAS adds BIAS (in [-100, 100]) to token ID's logit. "
+          "Repeatable, or comma-separated.");
 ABSL_FLAG(std::vector<std::string>, stop, {},
           "generate: stop when the output contains STR. Repeatable, or a "
           "comma-separated list (write \\, for a literal comma).");
@@ -119,7 +134,10 @@ Commands:
   session truncate --tokens=N ID        keeps the first N tokens of the history
   append --session=ID TEXT              prefills TEXT into the session
   generate [--session=ID] [--max_tokens=N] [--temperature=T] [--top_k=K]
-           [--top_p=P] [--seed=S] [--stop=STR]... [--ignore_eos] [--json] PROMPT
+           [--top_p=P] [--min_p=P] [--seed=S] [--presence_penalty=X]
+           [--frequency_penalty=X] [--repeat_penalty=X] [--repeat_last_n=N]
+           [--logit_bias=ID:BIAS]... [--stop=STR]... [--ignore_eos] [--json]
+           PROMPT
                                         streams the generated text; with --json one
                                         {"token_id", "text"} object per token, then
                                         {"finish_reason", "usage", "timings"}
@@ -534,7 +552,9 @@ class Commands {
   }
 
   int Generate(const Args& args) {
-    v1::GenerateRequest request = GenerateRequestFromFlags();
+    absl::StatusOr<v1::GenerateRequest> from_flags = GenerateRequestFromFlags();
+    if (!from_flags.ok()) return UsageError(from_flags.status().message());
+    v1::GenerateRequest& request = *from_flags;
     if (args.size() < 2 && request.session_id().empty()) {
       return UsageError("generate needs a PROMPT (or --session=ID)");
     }
@@ -549,7 +569,9 @@ class Commands {
     absl::StatusOr<std::vector<v1::ChatMessage>> messages =
         MessagesFromFlags(args.size() >= 2 ? args.Text(1) : "");
     if (!messages.ok()) return UsageError(messages.status().message());
-    v1::GenerateRequest request = GenerateRequestFromFlags();
+    absl::StatusOr<v1::GenerateRequest> from_flags = GenerateRequestFromFlags();
+    if (!from_flags.ok()) return UsageError(from_flags.status().message());
+    v1::GenerateRequest& request = *from_flags;
     if (args.size() >= 2) {
       if (messages->empty()) return UsageError("chat needs a message");
       *request.mutable_prompt()->mutable_messages()->mutable_messages() = {
@@ -662,7 +684,7 @@ class Commands {
     return json;
   }
 
-  static v1::GenerateRequest GenerateRequestFromFlags() {
+  static absl::StatusOr<v1::GenerateRequest> GenerateRequestFromFlags() {
     v1::GenerateRequest request;
     request.set_session_id(absl::GetFlag(FLAGS_session));
     if (auto v = absl::GetFlag(FLAGS_max_tokens)) request.set_max_tokens(*v);
@@ -671,6 +693,32 @@ class Commands {
     if (auto v = absl::GetFlag(FLAGS_top_k)) sampling.set_top_k(*v);
     if (auto v = absl::GetFlag(FLAGS_top_p)) sampling.set_top_p(*v);
     if (auto v = absl::GetFlag(FLAGS_seed)) sampling.set_seed(*v);
+    if (auto v = absl::GetFlag(FLAGS_min_p)) sampling.set_min_p(*v);
+    if (auto v = absl::GetFlag(FLAGS_presence_penalty)) {
+      sampling.set_presence_penalty(*v);
+    }
+    if (auto v = absl::GetFlag(FLAGS_frequency_penalty)) {
+      sampling.set_frequency_penalty(*v);
+    }
+    if (auto v = absl::GetFlag(FLAGS_repeat_penalty)) {
+      sampling.set_repeat_penalty(*v);
+    }
+    if (auto v = absl::GetFlag(FLAGS_repeat_last_n)) {
+      sampling.set_repeat_last_n(*v);
+    }
+    for (const std::string& entry : absl::GetFlag(FLAGS_logit_bias)) {
+      const size_t colon = entry.find(':');
+      int32_t id = 0;
+      float bias = 0;
+      if (colon == std::string::npos ||
+          !absl::SimpleAtoi(absl::string_view(entry).substr(0, colon), &id) ||
+          !absl::SimpleAtof(absl::string_view(entry).substr(colon + 1),
+                            &bias)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--logit_bias: \"", entry, "\" is not ID:BIAS, e.g. 42:-100"));
+      }
+      (*sampling.mutable_logit_bias())[id] = bias;
+    }
     for (const std::string& stop : absl::GetFlag(FLAGS_stop)) {
       request.add_stop(stop);
     }

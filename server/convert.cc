@@ -74,6 +74,17 @@ absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
   if (s.has_temperature()) p.sampling.temperature = s.temperature();
   if (s.has_top_k()) p.sampling.top_k = s.top_k();
   if (s.has_top_p()) p.sampling.top_p = s.top_p();
+  if (s.has_min_p()) p.sampling.min_p = s.min_p();
+  PenaltyOptions& penalties = p.sampling.penalties;
+  if (s.has_presence_penalty()) {
+    penalties.presence_penalty = s.presence_penalty();
+  }
+  if (s.has_frequency_penalty()) {
+    penalties.frequency_penalty = s.frequency_penalty();
+  }
+  if (s.has_repeat_penalty()) penalties.repeat_penalty = s.repeat_penalty();
+  if (s.has_repeat_last_n()) penalties.repeat_last_n = s.repeat_last_n();
+  penalties.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   p.sampling.seed =
       s.has_seed() ? s.seed() : absl::Uniform<uint64_t>(absl::BitGen());
   if (request.stop_size() > kMaxStopStrings) {

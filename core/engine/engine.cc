@@ -51,7 +51,8 @@ void Engine::Warn(std::string_view message) {
 
 void Engine::Submit(std::shared_ptr<GenerateCall> call) {
   // Bad arguments are reported as such, even when the queue is full.
-  absl::Status rejected = ValidateGenerateParams(call->params());
+  absl::Status rejected =
+      ValidateGenerateParams(call->params(), config().vocab_size);
   if (rejected.ok()) rejected = CheckPromptBytes(call->params().prompt);
   if (rejected.ok()) {
     std::unique_lock<std::mutex> lock(mu_);

@@ -274,9 +274,11 @@ class Engine {
 
 std::string_view FinishReasonName(FinishReason reason);
 
-// INVALID_ARGUMENT naming the field for a Generate's max_tokens, sampling or
-// logprobs out of range (an Append has none to check).
-absl::Status ValidateGenerateParams(const GenerateParams& params);
+// INVALID_ARGUMENT naming the field for a Generate's max_tokens, sampling,
+// penalties (logit_bias ids within the vocabulary) or logprobs out of range
+// (an Append has none to check).
+absl::Status ValidateGenerateParams(const GenerateParams& params,
+                                    int vocab_size);
 
 }  // namespace kvserve
 

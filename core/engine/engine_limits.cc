@@ -30,7 +30,7 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-absl::Status ValidateGenerateParams(const GenerateParams& p) {
+absl::Status ValidateGenerateParams(const GenerateParams& p, int vocab_size) {
   if (!p.generate) return absl::OkStatus();
   if (p.max_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -40,7 +40,8 @@ absl::Status ValidateGenerateParams(const GenerateParams& p) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs));
   }
-  return ValidateSamplingOptions(p.sampling);
+  if (absl::Status s = ValidateSamplingOptions(p.sampling); !s.ok()) return s;
+  return ValidatePenaltyOptions(p.sampling.penalties, vocab_size);
 }
 
 absl::Status Engine::QueueStatusLocked() const {

@@ -28,6 +28,7 @@ struct Sequence {
         stop(call->params().stop),
         submitted(t) {
     if (!s->tokens.empty()) prev_token = s->tokens.back();
+    sampler.AddContext(s->tokens);
   }
 
   const GenerateParams& params() const { return call->params(); }

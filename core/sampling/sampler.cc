@@ -87,20 +87,35 @@ absl::Status ValidateSamplingOptions(const SamplingOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_p must be in [0, 1], got ", options.top_p));
   }
+  if (!(options.min_p >= 0.0f && options.min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_p must be in [0, 1], got ", options.min_p));
+  }
   return absl::OkStatus();
 }
 
 Sampler::Sampler(const SamplingOptions& options)
-    : options_(options), rng_(options.seed) {
+    : options_(options), rng_(options.seed), penalties_(options.penalties) {
   KVSERVE_CHECK(ValidateSamplingOptions(options).ok());
+}
+
+int32_t Sampler::Sample(absl::Span<const float> logits) {
+  KVSERVE_CHECK(!logits.empty());
+  if (penalties_.active()) {
+    adjusted_.assign(logits.begin(), logits.end());
+    penalties_.Apply(absl::MakeSpan(adjusted_));
+    logits = adjusted_;
+  }
+  const int32_t token = Draw(logits);
+  penalties_.AddGenerated(token);
+  return token;
 }
 
 double Sampler::Uniform01() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::Sample(absl::Span<const float> logits) {
-  KVSERVE_CHECK(!logits.empty());
+int32_t Sampler::Draw(absl::Span<const float> logits) {
   if (options_.temperature == 0.0f || options_.top_k == 1) {
     return Argmax(logits);
   }
@@ -123,6 +138,18 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     support = static_cast<size_t>(options_.top_k);
     std::nth_element(keys_.begin(), keys_.begin() + support, keys_.end(),
                      std::greater<>());
+  }
+
+  // min_p: p / p_max >= min_p, that is logit >= max_logit + log(min_p).
+  if (options_.min_p > 0.0f) {
+    const double floor =
+        max_logit + std::log(static_cast<double>(options_.min_p));
+    support =
+        std::partition(keys_.begin(), keys_.begin() + support,
+                       [&](uint64_t key) {
+                         return EffectiveLogit(logits[IdOf(key)]) >= floor;
+                       }) -
+        keys_.begin();
   }
 
   // Unnormalised softmax(logits / T); the most likely token has weight 1.

@@ -1,4 +1,5 @@
-// Token sampling from one step's logits: greedy, temperature, top-k, top-p
+// Token sampling from one step's logits: logit bias and repetition
+// penalties (LogitPenalties), greedy, temperature, top-k, min-p, top-p
 // (nucleus) and a seed; plus the log-probabilities reported to clients.
 #ifndef KVSERVE_CORE_SAMPLING_SAMPLER_H_
 #define KVSERVE_CORE_SAMPLING_SAMPLER_H_
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "core/sampling/logit_penalties.h"
 
 namespace kvserve {
 
@@ -18,16 +20,26 @@ struct SamplingOptions {
   // 0 or 1: off; else keep the smallest set of most likely tokens whose
   // cumulative probability is >= top_p (nucleus), applied after top_k.
   float top_p = 0.0f;
+  // 0: off; else keep the tokens at least min_p times as likely as the
+  // most likely one (before temperature), applied after top_k.
+  float min_p = 0.0f;
   uint64_t seed = 0;
+  // Applied to the logits before everything above.
+  PenaltyOptions penalties{};
 };
 
 // OK, or INVALID_ARGUMENT naming the field and value unless temperature is
-// finite and >= 0, top_k >= 0 and 0 <= top_p <= 1.
+// finite and >= 0, top_k >= 0, 0 <= top_p <= 1 and 0 <= min_p <= 1. The
+// penalties are checked by ValidatePenaltyOptions, which needs the
+// vocabulary.
 absl::Status ValidateSamplingOptions(const SamplingOptions& options);
 
-// Draws token ids from softmax(logits / temperature) restricted to the top_k
-// most likely tokens, then to the top_p nucleus of those. Ranking is by logit,
-// ties broken by the lower id. top_k == 1 is greedy at any temperature.
+// Draws token ids from softmax(logits / temperature), the logits first
+// changed by the penalties, restricted to the top_k most likely tokens, then
+// to those min_p as likely as the first, then to the top_p nucleus of
+// those. Ranking is by logit, ties broken by the lower id. top_k == 1 is
+// greedy at any temperature. Each token drawn counts for the penalties of
+// the next.
 //
 // A seed reproduces the same tokens for the same logits on every run and
 // machine: the generator is std::mt19937_64, whose output the standard fixes,
@@ -43,17 +55,26 @@ class Sampler {
   // REQUIRES: ValidateSamplingOptions(options).ok().
   explicit Sampler(const SamplingOptions& options);
 
-  // REQUIRES: !logits.empty().
+  // The history before the first draw (prompt and earlier turns), for
+  // repeat_penalty.
+  void AddContext(absl::Span<const int32_t> tokens) {
+    penalties_.AddContext(tokens);
+  }
+
+  // REQUIRES: !logits.empty(); the ids the penalties name are in range.
   int32_t Sample(absl::Span<const float> logits);
 
   const SamplingOptions& options() const { return options_; }
 
  private:
+  int32_t Draw(absl::Span<const float> logits);
   // A uniform double in [0, 1) with 53 random bits.
   double Uniform01();
 
   const SamplingOptions options_;
   std::mt19937_64 rng_;
+  LogitPenalties penalties_;
+  std::vector<float> adjusted_;  // the logits the penalties changed
   // Scratch reused across steps; contents are meaningless between calls.
   std::vector<uint64_t> keys_;   // rank key per token (logit bits, id)
   std::vector<double> weights_;  // indexed by token id

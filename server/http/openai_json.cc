@@ -10,6 +10,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -111,6 +112,55 @@ class FieldReader {
   absl::Status status_;
 };
 
+// logit_bias: OpenAI's object of token ids (as strings) to biases, or
+// llama-server's list of [id, bias] pairs.
+void ReadLogitBias(FieldReader& f,
+                   std::vector<std::pair<int32_t, float>>& out) {
+  const Json* bias = f.Find("logit_bias");
+  if (bias == nullptr) return;
+  auto add = [&](const Json& id, const Json& value) {
+    int64_t token = -1;
+    if (id.is_number_integer()) {
+      token = id.get<int64_t>();
+    } else if (!id.is_string() ||
+               !absl::SimpleAtoi(id.get_ref<const std::string&>(), &token)) {
+      f.Invalid(
+          "logit_bias",
+          absl::StrCat(
+              "keys must be token ids, got ",
+              QuoteClientText(id.is_string() ? id.get<std::string>()
+                                             : std::string(id.type_name()))));
+      return false;
+    }
+    if (!value.is_number()) {
+      f.Invalid("logit_bias", absl::StrCat("values must be numbers, got ",
+                                           value.type_name()));
+      return false;
+    }
+    out.emplace_back(
+        static_cast<int32_t>(std::clamp<int64_t>(token, -1, INT32_MAX)),
+        static_cast<float>(value.get<double>()));
+    return true;
+  };
+  if (bias->is_object()) {
+    for (const auto& [key, value] : bias->items()) {
+      if (!add(Json(key), value)) return;
+    }
+  } else if (bias->is_array()) {
+    for (const Json& pair : *bias) {
+      if (!pair.is_array() || pair.size() != 2) {
+        f.Invalid("logit_bias", "as a list must hold [token id, bias] pairs");
+        return;
+      }
+      if (!add(pair[0], pair[1])) return;
+    }
+  } else {
+    f.Invalid("logit_bias",
+              absl::StrCat("must be an object of token ids to biases, got ",
+                           bias->type_name()));
+  }
+}
+
 // The fields /v1/chat/completions and /v1/completions share.
 void ReadCommon(FieldReader& f, int default_max_tokens,
                 GenerationRequest& out) {
@@ -148,6 +198,21 @@ void ReadCommon(FieldReader& f, int default_max_tokens,
   } else {
     p.sampling.seed = absl::Uniform<uint64_t>(absl::BitGen());
   }
+  // min_p, repeat_penalty and repeat_last_n: llama-server's and vLLM's
+  // extensions. Ranges are the engine's (ValidateGenerateParams).
+  p.sampling.min_p = static_cast<float>(f.Number("min_p").value_or(0.0));
+  PenaltyOptions& penalties = p.sampling.penalties;
+  penalties.presence_penalty =
+      static_cast<float>(f.Number("presence_penalty").value_or(0.0));
+  penalties.frequency_penalty =
+      static_cast<float>(f.Number("frequency_penalty").value_or(0.0));
+  penalties.repeat_penalty =
+      static_cast<float>(f.Number("repeat_penalty").value_or(1.0));
+  if (std::optional<int64_t> n = f.Int("repeat_last_n")) {
+    penalties.repeat_last_n = static_cast<int>(
+        std::clamp<int64_t>(*n, -2, std::numeric_limits<int>::max()));
+  }
+  ReadLogitBias(f, penalties.logit_bias);
   if (const Json* stop = f.Find("stop")) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());

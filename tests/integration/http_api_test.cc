@@ -439,6 +439,52 @@ TEST_F(HttpApiTest, TokenizeDetokenizeRoundTrip) {
               "invalid_argument");
 }
 
+// Issue 37 item 1: logit_bias and the penalties change what is drawn (they
+// were accepted and ignored), and out of range they are 400 naming the
+// field.
+TEST_F(HttpApiTest, LogitBiasAndPenaltiesChangeWhatIsDrawn) {
+  const HttpReply t = Post(port(), "/tokenize", {{"content", "z"}});
+  ASSERT_EQ(t.json["tokens"].size(), 1u) << t.body;
+  const int z = t.json["tokens"][0];
+  Json body = {{"prompt", "Once upon a time"},
+               {"max_tokens", 6},
+               {"temperature", 1},
+               {"seed", 5},
+               {"ignore_eos", true},
+               {"logit_bias", {{std::to_string(z), 100}}}};
+  HttpReply r = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["choices"][0]["text"], "zzzzzz") << r.body;
+
+  // Greedy text repeats itself on this model; a frequency penalty moves it
+  // off the tokens it drew.
+  body = {{"prompt", "Once upon a time"},
+          {"max_tokens", 40},
+          {"temperature", 0},
+          {"ignore_eos", true}};
+  const HttpReply plain = Post(port(), "/v1/completions", body);
+  body["frequency_penalty"] = 2;
+  const HttpReply penalized = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  ASSERT_EQ(penalized.status, 200) << penalized.body;
+  EXPECT_NE(plain.json["choices"][0]["text"],
+            penalized.json["choices"][0]["text"]);
+
+  body = ChatBody("Hi", 4);
+  body["presence_penalty"] = 3;
+  HttpReply bad = Post(port(), "/v1/chat/completions", body);
+  ExpectError(bad, 400, "invalid_argument");
+  EXPECT_TRUE(
+      absl::StrContains(bad.body, "presence_penalty must be in [-2, 2], got 3"))
+      << bad.body;
+  body = ChatBody("Hi", 4);
+  body["logit_bias"] = {{"1000000", 1}};
+  bad = Post(port(), "/v1/chat/completions", body);
+  ExpectError(bad, 400, "invalid_argument");
+  EXPECT_TRUE(absl::StrContains(bad.body, "token id 1000000 is not in"))
+      << bad.body;
+}
+
 TEST_F(HttpApiTest, ApplyTemplateRendersChatMl) {
   const HttpReply r =
       Post(port(), "/apply-template",

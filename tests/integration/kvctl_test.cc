@@ -280,17 +280,42 @@ TEST_F(KvctlTest, InvalidArgumentHasItsOwnExitCode) {
 
 TEST_F(KvctlTest, UsageErrorsExitOne) {
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"frobnicate"},
-                                             {"session", "get"},
-                                             {"session", "truncate", "x"},
-                                             {"append", "text"},
-                                             {"generate"},
-                                             {"--no_such_flag", "info"}}) {
+       std::vector<std::vector<std::string>>{
+           {"frobnicate"},
+           {"session", "get"},
+           {"session", "truncate", "x"},
+           {"append", "text"},
+           {"generate"},
+           {"generate", "--logit_bias=5", "x"},
+           {"--no_such_flag", "info"}}) {
     CommandResult result = Kvctl(args);
     EXPECT_EQ(result.status.code, 1)
         << absl::StrJoin(args, " ") << ": " << result.err;
     EXPECT_FALSE(result.err.empty());
   }
+}
+
+// Issue 37 item 6: kvctl passes the penalties and logit_bias; the server
+// names a value out of range.
+TEST_F(KvctlTest, GenerateTakesLogitBiasAndPenalties) {
+  CommandResult greedy = Kvctl({"generate", "--json", "--max_tokens=1",
+                                "--ignore_eos", "--temperature=0", "Once"});
+  ASSERT_EQ(greedy.status.code, 0) << greedy.err;
+  const int32_t first = ParseJsonStream(greedy.out).ids.at(0);
+  // The greedy choice banned: another token comes first.
+  CommandResult banned =
+      Kvctl({"generate", "--json", "--max_tokens=1", "--ignore_eos",
+             "--temperature=0", absl::StrCat("--logit_bias=", first, ":-100"),
+             "--presence_penalty=0.5", "--repeat_penalty=1.1", "--min_p=0.01",
+             "Once"});
+  ASSERT_EQ(banned.status.code, 0) << banned.err;
+  EXPECT_NE(ParseJsonStream(banned.out).ids.at(0), first);
+  CommandResult bad =
+      Kvctl({"generate", "--frequency_penalty=5", "--max_tokens=1", "Once"});
+  EXPECT_EQ(bad.status.code, 6) << bad.err;  // INVALID_ARGUMENT
+  EXPECT_TRUE(
+      absl::StrContains(bad.err, "frequency_penalty must be in [-2, 2]"))
+      << bad.err;
 }
 
 TEST_F(KvctlTest, InfoJsonMatchesTheClient) {

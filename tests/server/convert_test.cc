@@ -68,6 +68,12 @@ TEST(GenerateFromProtoTest, EveryField) {
   request.mutable_sampling()->set_top_k(40);
   request.mutable_sampling()->set_top_p(0.9f);
   request.mutable_sampling()->set_seed(123456789012345ULL);
+  request.mutable_sampling()->set_min_p(0.05f);
+  request.mutable_sampling()->set_presence_penalty(0.5f);
+  request.mutable_sampling()->set_frequency_penalty(-0.5f);
+  request.mutable_sampling()->set_repeat_penalty(1.2f);
+  request.mutable_sampling()->set_repeat_last_n(-1);
+  (*request.mutable_sampling()->mutable_logit_bias())[42] = -100.0f;
   request.add_stop("\n\n");
   request.add_stop("The end");
   request.set_ignore_eos(true);
@@ -84,6 +90,13 @@ TEST(GenerateFromProtoTest, EveryField) {
   EXPECT_EQ(p->sampling.top_k, 40);
   EXPECT_EQ(p->sampling.top_p, 0.9f);
   EXPECT_EQ(p->sampling.seed, 123456789012345ULL);
+  EXPECT_EQ(p->sampling.min_p, 0.05f);
+  EXPECT_EQ(p->sampling.penalties.presence_penalty, 0.5f);
+  EXPECT_EQ(p->sampling.penalties.frequency_penalty, -0.5f);
+  EXPECT_EQ(p->sampling.penalties.repeat_penalty, 1.2f);
+  EXPECT_EQ(p->sampling.penalties.repeat_last_n, -1);
+  EXPECT_EQ(p->sampling.penalties.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{42, -100.0f}}));
   EXPECT_THAT(p->stop, ElementsAre("\n\n", "The end"));
   EXPECT_TRUE(p->ignore_eos);
   EXPECT_EQ(p->logprobs, 3);
@@ -100,6 +113,8 @@ TEST(GenerateFromProtoTest, UnsetFieldsTakeTheDefaults) {
   EXPECT_EQ(p->sampling.temperature, defaults.temperature);
   EXPECT_EQ(p->sampling.top_k, defaults.top_k);
   EXPECT_EQ(p->sampling.top_p, defaults.top_p);
+  EXPECT_EQ(p->sampling.min_p, 0.0f);
+  EXPECT_FALSE(p->sampling.penalties.active());
   EXPECT_TRUE(p->stop.empty());
   EXPECT_FALSE(p->ignore_eos);
   EXPECT_EQ(p->logprobs, -1);

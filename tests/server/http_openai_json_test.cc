@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -184,6 +185,38 @@ TEST(ParseChatRequestTest, ReadsEveryField) {
   EXPECT_EQ(chat->messages[0].content, "hi");
 }
 
+// Issue 37 item 1: the penalties, bias and min_p reach the sampler (they
+// were parsed and dropped).
+TEST(ParseChatRequestTest, PenaltiesBiasAndMinPReachTheSampler) {
+  absl::StatusOr<GenerationRequest> r = Chat(R"({
+    "messages": [{"role": "user", "content": "hi"}],
+    "presence_penalty": 0.5, "frequency_penalty": -0.25,
+    "repeat_penalty": 1.1, "repeat_last_n": 32, "min_p": 0.05,
+    "logit_bias": {"15": -100, "7": 2.5}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const SamplingOptions& s = r->params.sampling;
+  EXPECT_FLOAT_EQ(s.penalties.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.penalties.frequency_penalty, -0.25f);
+  EXPECT_FLOAT_EQ(s.penalties.repeat_penalty, 1.1f);
+  EXPECT_EQ(s.penalties.repeat_last_n, 32);
+  EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+  std::vector<std::pair<int32_t, float>> bias = s.penalties.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias,
+            (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {15, -100.0f}}));
+  // llama-server's list form.
+  r = Chat(R"({"messages": [{"role": "user", "content": "hi"}],
+               "logit_bias": [[3, 1], [4, -1.5]]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.sampling.penalties.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{3, 1.0f}, {4, -1.5f}}));
+  // Unset: off.
+  r = Chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->params.sampling.penalties.active());
+  EXPECT_EQ(r->params.sampling.min_p, 0.0f);
+}
+
 TEST(ParseChatRequestTest, DefaultsAreOpenAis) {
   absl::StatusOr<GenerationRequest> r =
       Chat(R"({"messages": [{"role": "user", "content": "hi"}],
@@ -241,6 +274,20 @@ TEST(ParseChatRequestTest, AWrongTypeNamesTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})",
        "`tools` must be an array, got object"},
       {R"({"model": 3, "messages": []})", "`model` must be a string"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "presence_penalty": "x"})",
+       "`presence_penalty` must be a number, got string"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "logit_bias": {"abc": 1}})",
+       "`logit_bias` keys must be token ids, got \"abc\""},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "logit_bias": {"5": "high"}})",
+       "`logit_bias` values must be numbers, got string"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "logit_bias": [[5]]})",
+       "`logit_bias` as a list must hold [token id, bias] pairs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": 3})",
+       "`logit_bias` must be an object of token ids to biases, got number"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<GenerationRequest> r = Chat(c.body);

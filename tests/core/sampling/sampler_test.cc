@@ -99,6 +99,8 @@ TEST(ValidateSamplingOptionsTest, RejectsOutOfRangeNamingFieldAndValue) {
       {{.top_p = -0.25f}, "top_p", "-0.25"},
       {{.top_p = 1.5f}, "top_p", "1.5"},
       {{.top_p = nan}, "top_p", "nan"},
+      {{.min_p = -0.1f}, "min_p", "-0.1"},
+      {{.min_p = 1.5f}, "min_p", "1.5"},
   };
   for (const Case& c : cases) {
     const absl::Status status = ValidateSamplingOptions(c.options);
@@ -179,6 +181,26 @@ TEST(SamplerTest, TopPRestrictsSupportAndRenormalises) {
   const auto expected = ReferenceDistribution(kLogits, 1.0, 0, 0.8);
   ASSERT_LT(expected.size(), kLogits.size());
   ASSERT_GT(expected.size(), 1u);
+  ExpectSamplesMatch(options, kLogits, expected, 200000);
+}
+
+// min_p keeps the tokens whose probability before temperature is at least
+// min_p times the largest: exp(logit - max) >= min_p.
+TEST(SamplerTest, MinPKeepsTokensAsLikelyAsAFractionOfTheFirst) {
+  const SamplingOptions options = {
+      .temperature = 1.5f, .min_p = 0.2f, .seed = 21};
+  std::vector<float> kept = kLogits;
+  for (float& logit : kept) {
+    if (std::exp(static_cast<double>(logit) - 3.0) < 0.2) {
+      logit = -std::numeric_limits<float>::infinity();
+    }
+  }
+  auto expected = ReferenceDistribution(kept, 1.5, 0, 0.0);
+  for (auto it = expected.begin(); it != expected.end();) {
+    it = it->second == 0.0 ? expected.erase(it) : std::next(it);
+  }
+  // Logits of at least 3 + ln 0.2 = 1.39: 3, 2.5, 2 and 1.5.
+  ASSERT_EQ(expected.size(), 4u);
   ExpectSamplesMatch(options, kLogits, expected, 200000);
 }
 
