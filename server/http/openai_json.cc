@@ -161,14 +161,62 @@ void ReadLogitBias(FieldReader& f,
   }
 }
 
+// OpenAI's chat-completion parameters kvserve does not honour: refused by
+// name unless absent, null or the value that asks for nothing (README's
+// parameter table lists them with the ones honoured and the advisory ones
+// accepted: user, metadata, safety_identifier, prompt_cache_key).
+void RefuseUnhonoured(FieldReader& f) {
+  struct Unhonoured {
+    const char* name;
+    const char* accepted;  // the JSON value accepted, or null: none
+    const char* why;
+  };
+  static constexpr Unhonoured kChat[] = {
+      {"audio", nullptr, "is not supported (text only)"},
+      {"modalities", R"(["text"])", "must be [\"text\"] (text only)"},
+      {"prediction", nullptr, "is not supported"},
+      {"response_format", R"({"type":"text"})",
+       "is not supported yet: only {\"type\": \"text\"}"},
+      {"tool_choice", R"("auto")",
+       "is not supported yet: only \"auto\" (tool calls are not parsed from "
+       "the output)"},
+      {"parallel_tool_calls", "true", "is not supported yet: only true"},
+      {"functions", nullptr,
+       "is deprecated by OpenAI and not supported; use "
+       "`tools`"},
+      {"function_call", nullptr,
+       "is deprecated by OpenAI and not supported; "
+       "use `tool_choice`"},
+      {"web_search_options", nullptr, "is not supported"},
+      {"reasoning_effort", nullptr, "is not supported"},
+      {"verbosity", nullptr, "is not supported"},
+      {"store", "false",
+       "is not supported: kvserve keeps conversations in sessions "
+       "(`x-session-id`)"},
+  };
+  for (const Unhonoured& u : kChat) {
+    const Json* v = f.Find(u.name);
+    if (v == nullptr) continue;
+    if (u.accepted != nullptr && *v == Json::parse(u.accepted)) continue;
+    f.Invalid(u.name, u.why);
+  }
+  if (const Json* tier = f.Find("service_tier");
+      tier != nullptr && *tier != "auto" && *tier != "default") {
+    f.Invalid("service_tier", "must be \"auto\" or \"default\"");
+  }
+}
+
 // The fields /v1/chat/completions and /v1/completions share.
 void ReadCommon(FieldReader& f, int default_max_tokens,
                 GenerationRequest& out) {
   GenerateParams& p = out.params;
   out.model = f.String("model").value_or("");
   if (std::optional<int64_t> n = f.Int("n"); n.has_value() && *n != 1) {
-    f.Invalid("n",
-              absl::StrCat("must be 1 (one choice per request), got ", *n));
+    f.Invalid("n", *n < 1 || *n > 128
+                       ? absl::StrCat("must be in [1, 128], got ", *n)
+                       : absl::StrCat("must be 1 (one choice per request), "
+                                      "got ",
+                                      *n));
   }
   // max_completion_tokens is the newer name; it wins when both are given.
   std::optional<int64_t> max_tokens = f.Int("max_tokens");
@@ -184,8 +232,13 @@ void ReadCommon(FieldReader& f, int default_max_tokens,
                      ? static_cast<int>(std::min<int64_t>(
                            *max_tokens, std::numeric_limits<int>::max()))
                      : default_max_tokens;
-  p.sampling.temperature =
-      static_cast<float>(f.Number("temperature").value_or(1.0));
+  // OpenAI's range; the sampler itself takes any finite temperature.
+  const double temperature = f.Number("temperature").value_or(1.0);
+  if (!(temperature >= 0 && temperature <= 2)) {
+    f.Invalid("temperature",
+              absl::StrCat("must be in [0, 2], got ", temperature));
+  }
+  p.sampling.temperature = static_cast<float>(temperature);
   p.sampling.top_p = static_cast<float>(f.Number("top_p").value_or(1.0));
   // top_k: vLLM's extension; -1 is its "off".
   if (std::optional<int64_t> top_k = f.Int("top_k")) {
@@ -524,6 +577,7 @@ absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
   GenerationRequest out;
   FieldReader f(body);
   ReadCommon(f, default_max_tokens, out);
+  RefuseUnhonoured(f);
   // logprobs: true with top_logprobs: N alternatives (0..20).
   out.logprobs = f.Bool("logprobs").value_or(false);
   std::optional<int64_t> top = f.Int("top_logprobs");

@@ -217,6 +217,19 @@ TEST(ParseChatRequestTest, PenaltiesBiasAndMinPReachTheSampler) {
   EXPECT_EQ(r->params.sampling.min_p, 0.0f);
 }
 
+// The values of the refused parameters that ask for nothing, and the
+// advisory ones, are accepted.
+TEST(ParseChatRequestTest, DefaultsOfUnhonouredParametersAreAccepted) {
+  absl::StatusOr<GenerationRequest> r = Chat(R"({
+    "messages": [{"role": "user", "content": "hi"}],
+    "response_format": {"type": "text"}, "tool_choice": "auto",
+    "parallel_tool_calls": true, "modalities": ["text"], "store": false,
+    "service_tier": "auto", "user": "u", "metadata": {"k": "v"},
+    "safety_identifier": "s", "prompt_cache_key": "c", "audio": null,
+    "temperature": 2, "n": 1})");
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
 TEST(ParseChatRequestTest, DefaultsAreOpenAis) {
   absl::StatusOr<GenerationRequest> r =
       Chat(R"({"messages": [{"role": "user", "content": "hi"}],
@@ -322,6 +335,41 @@ TEST(ParseChatRequestTest, RefusesWhatCannotBeServed) {
       {R"({"messages": [{"role": "user", "content": [
              {"type": "image_url", "image_url": {"url": "x"}}]}]})",
        "only text is supported"},
+      // Issue 37 item 2: OpenAI's ranges, and what is not honoured refused
+      // by name (these were accepted and ignored).
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 5})",
+       "`temperature` must be in [0, 2], got 5"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 200})",
+       "`n` must be in [1, 128], got 200"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_object"}})",
+       "`response_format` is not supported yet"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tool_choice": "required"})",
+       "`tool_choice` is not supported yet"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "parallel_tool_calls": false})",
+       "`parallel_tool_calls` is not supported yet"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "audio": {"voice": "alloy"}})",
+       "`audio` is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "modalities": ["text", "audio"]})",
+       "`modalities` must be [\"text\"]"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "functions": [{"name": "f"}]})",
+       "`functions` is deprecated"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "store": true})",
+       "`store` is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "service_tier": "flex"})",
+       "`service_tier` must be"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "prediction": {"type": "content", "content": "x"}})",
+       "`prediction` is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "reasoning_effort": "low"})",
+       "`reasoning_effort` is not supported"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<GenerationRequest> r = Chat(c.body);
