@@ -74,7 +74,11 @@ absl::StatusOr<jinja::SpannedText> ChatTemplate::RenderSpanned(
     const ChatMessage& m = input.messages[i];
     nlohmann::ordered_json message = nlohmann::ordered_json::object();
     message["role"] = m.role;
-    message["content"] = m.content;
+    if (m.content_null) {
+      message["content"] = nullptr;
+    } else {
+      message["content"] = m.content;
+    }
     if (!m.name.empty()) message["name"] = m.name;
     if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
     if (!m.tool_calls_json.empty()) {

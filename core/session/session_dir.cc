@@ -49,6 +49,15 @@ class Reader {
     return true;
   }
   bool Done() const { return pos_ == data_.size(); }
+  // Consumes the null-content marker when it comes next.
+  bool NullContent() {
+    if (data_.size() - pos_ < 8 ||
+        GetU64(data_.data() + pos_) != ~uint64_t{0}) {
+      return false;
+    }
+    pos_ += 8;
+    return true;
+  }
 
  private:
   std::string_view data_;
@@ -83,6 +92,10 @@ bool GetString(Reader& r, std::string* text) {
   return true;
 }
 
+// A message's content length when the content is null (ChatMessage::
+// content_null); no bytes follow.
+constexpr uint64_t kNullContent = ~uint64_t{0};
+
 // The optional conversation section that ends a record: "keep the first
 // `base` messages, then append these".
 void PutMessages(std::string& out, int64_t base,
@@ -92,7 +105,11 @@ void PutMessages(std::string& out, int64_t base,
   for (const ChatMessage& m : messages) {
     for (const std::string* field :
          {&m.role, &m.content, &m.name, &m.tool_call_id, &m.tool_calls_json}) {
-      PutString(out, *field);
+      if (field == &m.content && m.content_null) {
+        PutU64(out, kNullContent);
+      } else {
+        PutString(out, *field);
+      }
     }
   }
 }
@@ -110,6 +127,10 @@ bool GetMessages(Reader& r, std::vector<ChatMessage>* messages) {
     ChatMessage m;
     for (std::string* field :
          {&m.role, &m.content, &m.name, &m.tool_call_id, &m.tool_calls_json}) {
+      if (field == &m.content && r.NullContent()) {
+        m.content_null = true;
+        continue;
+      }
       if (!GetString(r, field)) return false;
     }
     messages->push_back(std::move(m));

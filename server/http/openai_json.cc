@@ -306,6 +306,27 @@ void ReadCommon(FieldReader& f, int default_max_tokens,
   p.session_id = f.String("session_id").value_or("");
 }
 
+// Tool calls as a template gets them from transformers' callers (vLLM,
+// llama-server): a call's `function.arguments` sent as a JSON string (as
+// OpenAI sends it) becomes the object it encodes; a string that is not
+// JSON stays a string.
+Json ParsedArguments(Json calls) {
+  for (Json& call : calls) {
+    if (!call.is_object()) continue;
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) continue;
+    auto arguments = function->find("arguments");
+    if (arguments == function->end() || !arguments->is_string()) continue;
+    JsonDepthLimit<Json> limit;
+    Json parsed = Json::parse(arguments->get_ref<const std::string&>(),
+                              limit.callback(), /*allow_exceptions=*/false);
+    if (!parsed.is_discarded() && !limit.exceeded()) {
+      *arguments = std::move(parsed);
+    }
+  }
+  return calls;
+}
+
 absl::Status TypeError(absl::string_view name, absl::string_view expected,
                        const Json& v) {
   return absl::InvalidArgumentError(
@@ -557,11 +578,13 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& messages) {
     message.name = f.String("name").value_or("");
     message.tool_call_id = f.String("tool_call_id").value_or("");
     if (const Json* calls = f.Array("tool_calls")) {
-      message.tool_calls_json = Dump(*calls);
+      message.tool_calls_json = Dump(ParsedArguments(*calls));
     }
     if (!f.status().ok()) return f.status();
     auto it = m.find("content");
-    if (it != m.end()) {
+    if (it != m.end() && it->is_null()) {
+      message.content_null = true;
+    } else if (it != m.end()) {
       absl::StatusOr<std::string> content =
           ParseContent(*it, name + ".content");
       if (!content.ok()) return content.status();

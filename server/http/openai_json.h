@@ -30,7 +30,10 @@
 
 namespace kvserve::http {
 
-using Json = nlohmann::json;
+// Ordered: object keys keep the order the client sent them in (a tool
+// definition reaches the chat template as written), and responses list
+// their fields in the order they are built.
+using Json = nlohmann::ordered_json;
 
 // --- Errors ---------------------------------------------------------------
 

@@ -230,6 +230,24 @@ TEST(ParseChatRequestTest, DefaultsOfUnhonouredParametersAreAccepted) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
+// Issue 37 item 5: object keys keep the client's order on the way to the
+// template (a tool definition arrived as {"function": ..., "type": ...}).
+TEST(ParseChatRequestTest, ToolsKeepTheirKeyOrder) {
+  absl::StatusOr<GenerationRequest> r = Chat(R"({
+    "messages": [{"role": "user", "content": "hi"}],
+    "tools": [{"type": "function", "function": {"name": "f",
+               "parameters": {"z": 1, "a": 2}}}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tools_json, R"([{"type":"function","function":{"name":"f",)"
+                           R"("parameters":{"z":1,"a":2}}}])");
+  // A string that is not JSON stays a string.
+  absl::StatusOr<std::vector<ChatMessage>> m = ParseMessages(Parse(R"([
+    {"role": "assistant", "tool_calls": [{"function": {"arguments": "x{"}}]}])"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)[0].tool_calls_json, R"([{"function":{"arguments":"x{"}}])");
+  EXPECT_FALSE((*m)[0].content_null);  // absent is not null
+}
+
 TEST(ParseChatRequestTest, DefaultsAreOpenAis) {
   absl::StatusOr<GenerationRequest> r =
       Chat(R"({"messages": [{"role": "user", "content": "hi"}],
@@ -390,9 +408,14 @@ TEST(ParseMessagesTest, ContentPartsNullAndToolFields) {
   ASSERT_EQ(m->size(), 3u);
   EXPECT_EQ((*m)[0].content, "a\nb");
   EXPECT_EQ((*m)[1].content, "");
-  EXPECT_EQ(Json::parse((*m)[1].tool_calls_json),
-            Parse(R"([{"id": "c1", "type": "function",
-                       "function": {"name": "f", "arguments": "{\"x\":1}"}}])"));
+  // Issue 37 item 5: null stays null (the template sees None), and
+  // arguments sent as a JSON string reach the template as the object they
+  // encode, keys in the order sent, as transformers' callers pass them.
+  EXPECT_FALSE((*m)[0].content_null);
+  EXPECT_TRUE((*m)[1].content_null);
+  EXPECT_EQ((*m)[1].tool_calls_json,
+            R"([{"id":"c1","type":"function","function":{"name":"f",)"
+            R"("arguments":{"x":1}}}])");
   EXPECT_TRUE((*m)[0].tool_calls_json.empty());
   EXPECT_EQ((*m)[2].tool_call_id, "c1");
   EXPECT_EQ((*m)[2].name, "f");

@@ -18,7 +18,8 @@ using std::chrono::milliseconds;
 
 TEST(SseEventTest, OneDataLineEndedByABlankLine) {
   const std::string event = SseEvent(Json{{"text", "two\nlines"}, {"n", 1}});
-  EXPECT_EQ(event, "data: {\"n\":1,\"text\":\"two\\nlines\"}\n\n");
+  // Keys in the order built (Json is ordered).
+  EXPECT_EQ(event, "data: {\"text\":\"two\\nlines\",\"n\":1}\n\n");
   // Exactly one newline pair, at the end: the JSON's newline is escaped.
   EXPECT_EQ(event.find('\n'), event.size() - 2);
 }

@@ -285,6 +285,24 @@ TEST_F(SessionDirTest, ReplaysAChatSessionsConversation) {
   EXPECT_EQ(loaded->messages[1], turn[0]);
   EXPECT_EQ(loaded->messages[2], turn[1]);
 
+  // A null content (an assistant turn that only called tools) stays null.
+  const std::vector<ChatMessage> calls = {ChatMessage{
+      .role = "assistant", .tool_calls_json = "[]", .content_null = true}};
+  ASSERT_TRUE(dir_->WriteRecord(kId, SessionDir::AppendRecord(6, {}, 3, calls),
+                                /*start=*/false)
+                  .ok());
+  loaded = dir_->Load(kId);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->messages.size(), 4u);
+  EXPECT_TRUE(loaded->messages[3].content_null);
+  EXPECT_FALSE(loaded->messages[2].content_null);
+  StoredSession restarted = *loaded;
+  ASSERT_TRUE(dir_->Create(restarted).ok());  // and through a fresh start
+  EXPECT_EQ(dir_->Load(kId)->messages, loaded->messages);
+  EXPECT_EQ(dir_->LogSize(kId),
+            SessionDir::StartRecordsBytes(
+                restarted.owner, restarted.tokens.size(), restarted.messages));
+
   // "Keep none": the conversation is cleared.
   ASSERT_TRUE(
       dir_->WriteRecord(kId, SessionDir::AppendRecord(1, {}, 0, {}), false)
