@@ -113,6 +113,8 @@ struct Generation {
   bool include_usage = false;
   std::unique_ptr<RequestRecord> record;
 
+  // echo: the prompt's text, sent before what is generated.
+  std::string echo;
   // What has been generated so far.
   std::string text;
   std::vector<TokenLogprobEntry> entries;  // when logprobs
@@ -413,6 +415,11 @@ class HttpServer::Handlers {
         .model = model_name()};
     g.logprobs = r->logprobs;
     g.include_usage = r->stream && r->include_usage;
+    if (r->echo) {
+      const auto* ids = std::get_if<std::vector<int32_t>>(&r->params.prompt);
+      g.echo = ids != nullptr ? http::Detokenize(*deps_.tokenizer, *ids)
+                              : std::get<std::string>(r->params.prompt);
+    }
     g.queue = std::make_shared<TokenQueue>();
     g.call =
         std::make_shared<GenerateCall>(std::move(r->params), g.queue.get());
@@ -469,8 +476,8 @@ class HttpServer::Handlers {
       const bool delivered =
           !g.call->cancelled() &&
           WriteJson(res, 200,
-                    CompletionJson(g.meta, g.text + result->text, *result,
-                                   g.AllEntries()),
+                    CompletionJson(g.meta, g.echo + g.text + result->text,
+                                   *result, g.AllEntries()),
                     headers);
       g.record->Finish(delivered
                            ? absl::OkStatus()
@@ -491,6 +498,9 @@ class HttpServer::Handlers {
         out +=
             SseEvent(ChunkJson(g.meta, {{"role", "assistant"}, {"content", ""}},
                                std::nullopt, "", g.include_usage));
+      } else if (!g.echo.empty()) {
+        out += SseEvent(ChunkJson(g.meta, {{"content", g.echo}}, std::nullopt,
+                                  "", g.include_usage));
       }
     }
     std::optional<TokenQueue::Event> event;

@@ -639,7 +639,12 @@ absl::StatusOr<GenerationRequest> ParseCompletionRequest(
     out.params.logprobs = static_cast<int>(*n);
   }
   out.params.parse_special = f.Bool("parse_special").value_or(false);
-  if (f.Bool("echo").value_or(false)) f.Invalid("echo", "is not supported");
+  out.echo = f.Bool("echo").value_or(false);
+  if (out.echo && out.logprobs) {
+    f.Invalid("echo",
+              "with `logprobs` is not supported (the prompt's "
+              "log-probabilities are not computed)");
+  }
   if (std::optional<int64_t> best_of = f.Int("best_of");
       best_of.has_value() && *best_of != 1) {
     f.Invalid("best_of", "must be 1");

@@ -79,6 +79,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // report logprobs (params.logprobs >= 0)
+  bool echo = false;  // completions: the prompt's text precedes the answer
 };
 
 // `default_max_tokens` when neither max_tokens nor max_completion_tokens is

@@ -288,6 +288,47 @@ TEST_F(HttpApiTest, CompletionWithLogprobs) {
   EXPECT_EQ(lp["text_offset"][0], 0);
 }
 
+// Issue 37 item 4: echo puts the prompt before the completion (it was
+// refused), streaming or not, for a text prompt and for token ids.
+TEST_F(HttpApiTest, CompletionEchoesThePrompt) {
+  Json body = {{"prompt", "Once upon a time"},
+               {"max_tokens", 5},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  const HttpReply plain = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const std::string answer = plain.json["choices"][0]["text"];
+  body["echo"] = true;
+  const HttpReply echoed = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(echoed.status, 200) << echoed.body;
+  EXPECT_EQ(echoed.json["choices"][0]["text"], "Once upon a time" + answer);
+  EXPECT_EQ(echoed.json["usage"]["completion_tokens"], 5);
+
+  body["stream"] = true;
+  const HttpReply streamed = Post(port(), "/v1/completions", body, {"-N"});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string text;
+  for (const std::string& data : SseData(streamed.body)) {
+    if (data == "[DONE]") continue;
+    const Json chunk = Json::parse(data);
+    if (!chunk["choices"].empty()) {
+      text += chunk["choices"][0]["text"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(text, "Once upon a time" + answer);
+
+  const HttpReply ids = Post(port(), "/tokenize", {{"content", "Hi"}});
+  body = {{"prompt", ids.json["tokens"]},
+          {"max_tokens", 2},
+          {"temperature", 0},
+          {"echo", true}};
+  const HttpReply from_ids = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(from_ids.status, 200) << from_ids.body;
+  EXPECT_TRUE(absl::StartsWith(
+      from_ids.json["choices"][0]["text"].get<std::string>(), "Hi"))
+      << from_ids.body;
+}
+
 TEST_F(HttpApiTest, CompletionStreamEndsWithDone) {
   const HttpReply r = Post(port(), "/v1/completions",
                            {{"prompt", "Once"},

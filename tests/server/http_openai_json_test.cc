@@ -475,8 +475,16 @@ TEST(ParseCompletionRequestTest, LogprobsAndParseSpecial) {
   EXPECT_THAT(
       Completion(R"({"prompt": "x", "logprobs": true})").status().message(),
       HasSubstr("`logprobs` must be an integer, got boolean"));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "echo": true})").status().message(),
-              HasSubstr("`echo` is not supported"));
+  // echo is honoured (issue 37 item 4), but not with logprobs.
+  absl::StatusOr<GenerationRequest> echo =
+      Completion(R"({"prompt": "x", "echo": true})");
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  EXPECT_TRUE(echo->echo);
+  EXPECT_FALSE(d->echo);
+  EXPECT_THAT(Completion(R"({"prompt": "x", "echo": true, "logprobs": 1})")
+                  .status()
+                  .message(),
+              HasSubstr("`echo` with `logprobs` is not supported"));
 }
 
 TEST(CheckModelTest, EmptyOrTheServedNameOnly) {
