@@ -33,6 +33,28 @@ absl::StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view json,
   return parsed;
 }
 
+// Tool calls as transformers' callers (vLLM, llama-server) hand them to a
+// template: a call's `function.arguments` given as a JSON string (as
+// OpenAI's API sends it) becomes the value it encodes; a string that is not
+// JSON stays a string. The value sits 3 levels down, so it may nest 3 less.
+void ParseArgumentStrings(nlohmann::ordered_json& calls) {
+  if (!calls.is_array()) return;
+  for (nlohmann::ordered_json& call : calls) {
+    if (!call.is_object()) continue;
+    auto function = call.find("function");
+    if (function == call.end() || !function->is_object()) continue;
+    auto arguments = function->find("arguments");
+    if (arguments == function->end() || !arguments->is_string()) continue;
+    JsonDepthLimit<nlohmann::ordered_json> limit(kMaxJsonDepth - 3);
+    nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(
+        arguments->get_ref<const std::string&>(), limit.callback(),
+        /*allow_exceptions=*/false);
+    if (!parsed.is_discarded() && !limit.exceeded()) {
+      *arguments = std::move(parsed);
+    }
+  }
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate(std::string source, std::string bos_token,
@@ -85,6 +107,7 @@ absl::StatusOr<jinja::SpannedText> ChatTemplate::RenderSpanned(
       absl::StatusOr<nlohmann::ordered_json> calls = ParseJsonField(
           m.tool_calls_json, absl::StrCat("messages[", i, "].tool_calls"));
       if (!calls.ok()) return calls.status();
+      ParseArgumentStrings(*calls);
       message["tool_calls"] = *std::move(calls);
     }
     messages.push_back(std::move(message));

@@ -10,6 +10,11 @@ namespace kvserve {
 
 absl::Status ValidatePenaltyOptions(const PenaltyOptions& options,
                                     int vocab_size) {
+  if (options.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias: at most ", kMaxLogitBias, " tokens, got ",
+                     options.logit_bias.size()));
+  }
   absl::flat_hash_set<int32_t> seen;
   for (const auto& [id, bias] : options.logit_bias) {
     if (id < 0 || id >= vocab_size) {
@@ -54,7 +59,6 @@ LogitPenalties::LogitPenalties(PenaltyOptions options)
     : options_(std::move(options)), active_(options_.active()) {}
 
 void LogitPenalties::PushWindow(int32_t token) {
-  if (options_.repeat_penalty == 1.0f || options_.repeat_last_n == 0) return;
   ++in_window_[token];
   if (options_.repeat_last_n < 0) return;  // the whole history
   window_.push_back(token);
@@ -67,6 +71,7 @@ void LogitPenalties::PushWindow(int32_t token) {
 }
 
 void LogitPenalties::AddContext(absl::Span<const int32_t> tokens) {
+  if (!options_.repeats()) return;  // the context counts for nothing else
   if (options_.repeat_last_n > 0 &&
       tokens.size() > static_cast<size_t>(options_.repeat_last_n)) {
     tokens = tokens.last(options_.repeat_last_n);
@@ -75,7 +80,7 @@ void LogitPenalties::AddContext(absl::Span<const int32_t> tokens) {
 }
 
 void LogitPenalties::AddGenerated(int32_t token) {
-  PushWindow(token);
+  if (options_.repeats()) PushWindow(token);
   if (options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f) {
     ++generated_[token];
   }

@@ -28,8 +28,11 @@
 
 namespace kvserve {
 
+// Biased tokens a request may name: each is touched every step.
+inline constexpr int kMaxLogitBias = 1024;
+
 struct PenaltyOptions {
-  // Token id -> bias in [-100, 100], ids unique.
+  // Token id -> bias in [-100, 100], ids unique, at most kMaxLogitBias.
   std::vector<std::pair<int32_t, float>> logit_bias{};
   float presence_penalty = 0.0f;   // [-2, 2]; 0: off
   float frequency_penalty = 0.0f;  // [-2, 2]; 0: off
@@ -38,15 +41,16 @@ struct PenaltyOptions {
   // -1 all of them.
   int repeat_last_n = 64;
 
+  bool repeats() const { return repeat_penalty != 1.0f && repeat_last_n != 0; }
   bool active() const {
     return !logit_bias.empty() || presence_penalty != 0.0f ||
-           frequency_penalty != 0.0f ||
-           (repeat_penalty != 1.0f && repeat_last_n != 0);
+           frequency_penalty != 0.0f || repeats();
   }
 };
 
-// OK, or INVALID_ARGUMENT naming the field and value: bias values outside
-// [-100, 100], ids outside [0, vocab_size) or given twice, penalties
+// OK, or INVALID_ARGUMENT naming the field and value: more than
+// kMaxLogitBias biases, bias values outside [-100, 100], ids outside
+// [0, vocab_size) or given twice, penalties
 // outside [-2, 2], a repeat_penalty not > 0, repeat_last_n < -1.
 absl::Status ValidatePenaltyOptions(const PenaltyOptions& options,
                                     int vocab_size);

@@ -220,17 +220,24 @@ std::optional<std::string> DecodePath(std::string_view target) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> HeaderFields(
+    const RequestHeader& header) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (const auto& field : header) {
+    fields.emplace_back(
+        absl::AsciiStrToLower(absl::string_view(field.name_string().data(),
+                                                field.name_string().size())),
+        std::string(field.value()));
+  }
+  return fields;
+}
+
 HttpRequest ToHttpRequest(bhttp::request<bhttp::string_body>&& message,
                           std::string path) {
   HttpRequest request;
   request.method = std::string(message.method_string());
   request.path = std::move(path);
-  for (const auto& field : message) {
-    request.headers.emplace_back(
-        absl::AsciiStrToLower(absl::string_view(field.name_string().data(),
-                                                field.name_string().size())),
-        std::string(field.value()));
-  }
+  request.headers = HeaderFields(message.base());
   request.body = std::move(message.body());
   return request;
 }
@@ -244,44 +251,42 @@ std::variant<HttpRequest, HttpError> Parse(std::string_view wire,
       std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
   parser.body_limit(limits.max_body_bytes);
   parser.eager(false);
-  beast::error_code ec;
-  // The header first, as the server reads it, then the body.
-  while (!parser.is_header_done()) {
-    const size_t used =
-        parser.put(boost::asio::buffer(wire.data(), wire.size()), ec);
-    wire.remove_prefix(used);
-    // need_more with nothing consumed: `wire` holds no more of the request.
-    if (ec == bhttp::error::need_more) {
-      if (wire.empty() || used == 0) {
-        return HttpError{400, "bad_request",
-                         "the request ended inside its header"};
+  // Feeds `wire` to the parser until done(); `cut_off` answers a request
+  // that ends first (need_more with nothing left, or nothing consumed).
+  auto feed = [&](auto done,
+                  const HttpError& cut_off) -> std::optional<HttpError> {
+    beast::error_code ec;
+    while (!done()) {
+      const size_t used =
+          parser.put(boost::asio::buffer(wire.data(), wire.size()), ec);
+      wire.remove_prefix(used);
+      if (ec == bhttp::error::need_more) {
+        if (wire.empty() || used == 0) return cut_off;
+        continue;
       }
-      continue;
+      if (ec) return ParserError(ec, parser.get().base(), limits);
+      if (used == 0 && !done()) {
+        return HttpError{400, "bad_request", "the parser made no progress"};
+      }
     }
-    if (ec) return ParserError(ec, parser.get().base(), limits);
-    if (used == 0 && !parser.is_header_done()) {
-      return HttpError{400, "bad_request", "the parser made no progress"};
-    }
+    return std::nullopt;
+  };
+  // The header first, as the server reads it, then the body.
+  if (std::optional<HttpError> e =
+          feed([&] { return parser.is_header_done(); },
+               HttpError{400, "bad_request",
+                         "the request ended inside its header"})) {
+    return *e;
   }
   if (std::optional<HttpError> e = CheckHeader(parser.get().base(), limits)) {
     return *e;
   }
   parser.eager(true);
-  while (!parser.is_done()) {
-    const size_t used =
-        parser.put(boost::asio::buffer(wire.data(), wire.size()), ec);
-    wire.remove_prefix(used);
-    if (ec == bhttp::error::need_more) {
-      if (wire.empty() || used == 0) {
-        return ParserError(bhttp::error::partial_message, parser.get().base(),
-                           limits);
-      }
-      continue;
-    }
-    if (ec) return ParserError(ec, parser.get().base(), limits);
-    if (used == 0 && !parser.is_done()) {
-      return HttpError{400, "bad_request", "the parser made no progress"};
-    }
+  if (std::optional<HttpError> e =
+          feed([&] { return parser.is_done(); },
+               ParserError(bhttp::error::partial_message, parser.get().base(),
+                           limits))) {
+    return *e;
   }
   if (used_bytes != nullptr) *used_bytes = size - wire.size();
   bhttp::request<bhttp::string_body> message = parser.release();

@@ -48,10 +48,10 @@ using RequestHeader = boost::beast::http::request_header<>;
 
 // A request as the handlers see it.
 struct HttpRequest {
-  std::string method;  // "GET"
-  std::string path;    // percent-decoded, without the query
-  std::vector<std::pair<std::string, std::string>> headers;  // names lower
-  std::string body;  // decoded (Content-Encoding undone)
+  std::string method{};  // "GET"
+  std::string path{};    // percent-decoded, without the query
+  std::vector<std::pair<std::string, std::string>> headers{};  // names lower
+  std::string body{};  // decoded (Content-Encoding undone)
 
   // The first field named `name` (any case), if any.
   std::optional<std::string_view> Header(std::string_view name) const;
@@ -79,6 +79,10 @@ std::optional<HttpError> DecodeBody(const RequestHeader& header,
 // The path of a request target, percent-decoded and without its query;
 // nullopt for a bad escape.
 std::optional<std::string> DecodePath(std::string_view target);
+
+// The header's fields, names in lower case, in order.
+std::vector<std::pair<std::string, std::string>> HeaderFields(
+    const RequestHeader& header);
 
 // The HttpRequest of a parsed message (the body already decoded).
 HttpRequest ToHttpRequest(

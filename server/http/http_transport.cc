@@ -320,14 +320,14 @@ class Connection final : public ConnectionBase,
       return Reply(
           HttpError{503, "unavailable", "the server is shutting down"});
     }
-    request_ = HttpRequest{};
-    request_.method = std::string(header.method_string());
-    request_.path = *std::move(path);
-    HttpRequest view = ToHttpRequest(
-        bhttp::request<bhttp::string_body>(header.base()), request_.path);
+    // Admitted on the header's fields alone: trailers of a chunked body are
+    // never taken for header fields.
+    request_ = HttpRequest{.method = std::string(header.method_string()),
+                           .path = *std::move(path),
+                           .headers = HeaderFields(header.base())};
     Admission admission;
     try {
-      admission = transport_->Admit(view);
+      admission = transport_->Admit(request_);
     } catch (const std::exception& e) {
       return Reply(HttpError{500, "internal", e.what()});
     }
@@ -381,9 +381,6 @@ class Connection final : public ConnectionBase,
     Lowest().expires_never();
     bhttp::request<bhttp::string_body> message = parser_->release();
     parser_.reset();
-    request_.headers =
-        ToHttpRequest(bhttp::request<bhttp::string_body>(message.base()), "")
-            .headers;
     request_.body = std::move(message.body());
     responded_ = false;
     net::post(transport_->workers(),

@@ -118,6 +118,11 @@ void ReadLogitBias(FieldReader& f,
                    std::vector<std::pair<int32_t, float>>& out) {
   const Json* bias = f.Find("logit_bias");
   if (bias == nullptr) return;
+  if (bias->size() > static_cast<size_t>(kMaxLogitBias)) {
+    f.Invalid("logit_bias", absl::StrCat("names at most ", kMaxLogitBias,
+                                         " tokens, got ", bias->size()));
+    return;
+  }
   auto add = [&](const Json& id, const Json& value) {
     int64_t token = -1;
     if (id.is_number_integer()) {
@@ -168,37 +173,34 @@ void ReadLogitBias(FieldReader& f,
 void RefuseUnhonoured(FieldReader& f) {
   struct Unhonoured {
     const char* name;
-    const char* accepted;  // the JSON value accepted, or null: none
+    Json accepted;  // the one value accepted; null: none (null is absent)
     const char* why;
   };
-  static constexpr Unhonoured kChat[] = {
+  // Built once: the accepted values are not parsed per request.
+  static const auto* const kChat = new std::vector<Unhonoured>{
       {"audio", nullptr, "is not supported (text only)"},
-      {"modalities", R"(["text"])", "must be [\"text\"] (text only)"},
+      {"modalities", Json::array({"text"}), "must be [\"text\"] (text only)"},
       {"prediction", nullptr, "is not supported"},
-      {"response_format", R"({"type":"text"})",
+      {"response_format", Json{{"type", "text"}},
        "is not supported yet: only {\"type\": \"text\"}"},
-      {"tool_choice", R"("auto")",
+      {"tool_choice", "auto",
        "is not supported yet: only \"auto\" (tool calls are not parsed from "
        "the output)"},
-      {"parallel_tool_calls", "true", "is not supported yet: only true"},
+      {"parallel_tool_calls", true, "is not supported yet: only true"},
       {"functions", nullptr,
-       "is deprecated by OpenAI and not supported; use "
-       "`tools`"},
+       "is deprecated by OpenAI and not supported; use `tools`"},
       {"function_call", nullptr,
-       "is deprecated by OpenAI and not supported; "
-       "use `tool_choice`"},
+       "is deprecated by OpenAI and not supported; use `tool_choice`"},
       {"web_search_options", nullptr, "is not supported"},
       {"reasoning_effort", nullptr, "is not supported"},
       {"verbosity", nullptr, "is not supported"},
-      {"store", "false",
+      {"store", false,
        "is not supported: kvserve keeps conversations in sessions "
        "(`x-session-id`)"},
   };
-  for (const Unhonoured& u : kChat) {
+  for (const Unhonoured& u : *kChat) {
     const Json* v = f.Find(u.name);
-    if (v == nullptr) continue;
-    if (u.accepted != nullptr && *v == Json::parse(u.accepted)) continue;
-    f.Invalid(u.name, u.why);
+    if (v != nullptr && *v != u.accepted) f.Invalid(u.name, u.why);
   }
   if (const Json* tier = f.Find("service_tier");
       tier != nullptr && *tier != "auto" && *tier != "default") {
@@ -304,27 +306,6 @@ void ReadCommon(FieldReader& f, int default_max_tokens,
     if (!o.status().ok()) f.Invalid("stream_options", o.status().message());
   }
   p.session_id = f.String("session_id").value_or("");
-}
-
-// Tool calls as a template gets them from transformers' callers (vLLM,
-// llama-server): a call's `function.arguments` sent as a JSON string (as
-// OpenAI sends it) becomes the object it encodes; a string that is not
-// JSON stays a string.
-Json ParsedArguments(Json calls) {
-  for (Json& call : calls) {
-    if (!call.is_object()) continue;
-    auto function = call.find("function");
-    if (function == call.end() || !function->is_object()) continue;
-    auto arguments = function->find("arguments");
-    if (arguments == function->end() || !arguments->is_string()) continue;
-    JsonDepthLimit<Json> limit;
-    Json parsed = Json::parse(arguments->get_ref<const std::string&>(),
-                              limit.callback(), /*allow_exceptions=*/false);
-    if (!parsed.is_discarded() && !limit.exceeded()) {
-      *arguments = std::move(parsed);
-    }
-  }
-  return calls;
 }
 
 absl::Status TypeError(absl::string_view name, absl::string_view expected,
@@ -578,7 +559,7 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& messages) {
     message.name = f.String("name").value_or("");
     message.tool_call_id = f.String("tool_call_id").value_or("");
     if (const Json* calls = f.Array("tool_calls")) {
-      message.tool_calls_json = Dump(ParsedArguments(*calls));
+      message.tool_calls_json = Dump(*calls);
     }
     if (!f.status().ok()) return f.status();
     auto it = m.find("content");

@@ -128,6 +128,24 @@ TEST(ChatTemplateTest, ToolsAreObjects) {
       R"(f:{"type": "function", "function": {"name": "f", "parameters": {"b": 1, "a": "é"}}})");
 }
 
+// A call's arguments sent as a JSON string (OpenAI's shape) reach the
+// template as the value they encode, from every front end (HTTP, gRPC,
+// kvctl, a session's log); one that is not JSON stays a string.
+TEST(ChatTemplateTest, ArgumentStringsReachTheTemplateAsValues) {
+  std::unique_ptr<ChatTemplate> t = MustCreate(
+      "{% for m in messages %}{% for c in m.tool_calls or [] %}"
+      "{{ c.function.arguments | tojson }};{% endfor %}{% endfor %}");
+  ASSERT_NE(t, nullptr);
+  ChatTemplateInput input = Conversation();
+  input.messages[2].tool_calls_json =
+      R"([{"function": {"name": "f", "arguments": "{\"z\": 1, \"a\": [2]}"}},)"
+      R"( {"function": {"name": "g", "arguments": "not {json"}},)"
+      R"( {"function": {"name": "h", "arguments": {"k": "v"}}}])";
+  absl::StatusOr<std::string> text = t->Render(input);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, R"({"z": 1, "a": [2]};"not {json";{"k": "v"};)");
+}
+
 TEST(ChatTemplateTest, MalformedJsonNamesTheField) {
   std::unique_ptr<ChatTemplate> t = MustCreate(kChatMlTemplate);
   ASSERT_NE(t, nullptr);

@@ -121,6 +121,13 @@ TEST(LogitPenaltiesTest, ValidationNamesTheFieldAndValue) {
       {{.repeat_penalty = nan}, "repeat_penalty"},
       {{.repeat_last_n = -2}, "repeat_last_n"},
   };
+  PenaltyOptions many;
+  for (int i = 0; i <= kMaxLogitBias; ++i) many.logit_bias.emplace_back(i, 1);
+  const absl::Status too_many = ValidatePenaltyOptions(many, 100000);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_many.message(), HasSubstr("at most 1024 tokens, got 1025"));
+  many.logit_bias.pop_back();
+  EXPECT_TRUE(ValidatePenaltyOptions(many, 100000).ok());
   for (const Case& c : cases) {
     const absl::Status s = ValidatePenaltyOptions(c.options, 10);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.says;
