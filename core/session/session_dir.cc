@@ -24,6 +24,8 @@ namespace {
 constexpr char kLogMagic[] = "KVSLOG2";
 constexpr char kLogMagicV1[] = "KVSLOG1";
 constexpr size_t kMagicBytes = sizeof(kLogMagic) - 1;
+// A record's [u32 payload bytes][u64 XXH64 of the payload] before it.
+constexpr size_t kRecordHead = 12;
 // A damaged header's copy is looked for this far into the log.
 constexpr size_t kHeaderCopySearchBytes = 1 << 20;
 
@@ -141,7 +143,7 @@ bool GetMessages(Reader& r, std::vector<ChatMessage>* messages) {
 // [u32 payload bytes][u64 XXH64 of the payload][payload]
 std::string Record(std::string_view payload) {
   std::string record;
-  record.reserve(12 + payload.size());
+  record.reserve(kRecordHead + payload.size());
   PutU32(record, payload.size());
   PutU64(record, Xxh64(payload.data(), payload.size(), 0));
   record += payload;
@@ -151,10 +153,12 @@ std::string Record(std::string_view payload) {
 // The payload of the record at `offset` if it is whole and its checksum
 // holds.
 std::optional<std::string_view> RecordAt(std::string_view log, size_t offset) {
-  if (offset > log.size() || log.size() - offset < 12) return std::nullopt;
+  if (offset > log.size() || log.size() - offset < kRecordHead) {
+    return std::nullopt;
+  }
   const uint32_t n = GetU32(log.data() + offset);
-  if (log.size() - offset - 12 < n) return std::nullopt;  // torn
-  const std::string_view payload = log.substr(offset + 12, n);
+  if (log.size() - offset - kRecordHead < n) return std::nullopt;  // torn
+  const std::string_view payload = log.substr(offset + kRecordHead, n);
   if (Xxh64(payload.data(), payload.size(), 0) !=
       GetU64(log.data() + offset + 4)) {
     return std::nullopt;  // corrupt
@@ -364,7 +368,7 @@ int64_t SessionDir::StartRecordsBytes(std::string_view owner, int64_t n_tokens,
   // Two headers ([u32 size][u64 hash], magic, owner, TTL, creation time),
   // then per history record [u32 size][u64 hash], its base and tokens, and
   // in the last the conversation section, as StartRecords writes them.
-  int64_t bytes = 2 * (12 + kMagicBytes + 8 + owner.size() + 8 + 8);
+  int64_t bytes = 2 * (kRecordHead + kMagicBytes + 8 + owner.size() + 8 + 8);
   int64_t records = (n_tokens + kStartChunkTokens - 1) / kStartChunkTokens;
   if (!messages.empty()) {
     records = std::max<int64_t>(records, 1);
@@ -374,7 +378,7 @@ int64_t SessionDir::StartRecordsBytes(std::string_view owner, int64_t n_tokens,
                m.tool_call_id.size() + m.tool_calls_json.size();
     }
   }
-  return bytes + records * (12 + 8 + 8) + 4 * n_tokens;
+  return bytes + records * (kRecordHead + 8 + 8) + 4 * n_tokens;
 }
 
 std::string SessionDir::AppendRecord(int64_t base,
@@ -498,7 +502,7 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
   size_t pos = 0;
   std::optional<std::string_view> header = RecordAt(log, 0);
   if (header.has_value() && ParseHeader(*header, &session)) {
-    pos = 12 + header->size();
+    pos = kRecordHead + header->size();
     if (header->substr(0, kMagicBytes) == kLogMagic) {
       if (log.substr(pos, pos) != log.substr(0, pos)) session.damaged_at = pos;
       pos *= 2;
@@ -506,9 +510,9 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
   } else {
     session.damaged_at = 0;
     const size_t limit = std::min(log.size(), kHeaderCopySearchBytes);
-    for (size_t at = log.find(kLogMagic, 24); at < limit;
+    for (size_t at = log.find(kLogMagic, 2 * kRecordHead); at < limit;
          at = log.find(kLogMagic, at + 1)) {
-      header = RecordAt(log, at - 12);
+      header = RecordAt(log, at - kRecordHead);
       if (header.has_value() && ParseHeader(*header, &session)) {
         pos = at + header->size();
         break;
@@ -527,7 +531,7 @@ absl::StatusOr<StoredSession> SessionDir::Load(std::string_view id) const {
       if (session.damaged_at < 0) session.damaged_at = pos;
       break;
     }
-    pos += 12 + record->size();
+    pos += kRecordHead + record->size();
     session.replayed_bytes = pos;
     ++session.records_replayed;
   }
