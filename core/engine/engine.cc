@@ -51,8 +51,7 @@ void Engine::Warn(std::string_view message) {
 
 void Engine::Submit(std::shared_ptr<GenerateCall> call) {
   // Bad arguments are reported as such, even when the queue is full.
-  absl::Status rejected =
-      ValidateGenerateParams(call->params(), config().vocab_size);
+  absl::Status rejected = ValidateGenerateCall(*call, config().vocab_size);
   if (rejected.ok()) rejected = CheckPromptBytes(call->params().prompt);
   if (rejected.ok()) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -305,6 +304,7 @@ void Engine::Step() {
       if (!plan.batch[i].want_logits) continue;
       Sequence& seq = *plan.seqs[i];
       absl::Span<const float> r = logits->subspan(row++ * vocab, vocab);
+      if (!seq.call->choices().empty()) ForkChoices(seq, r);
       if (std::optional<FinishReason> end =
               EmitToken(seq, seq.sampler.Sample(r), r)) {
         seq.outcome = *end;

@@ -216,6 +216,10 @@ class Engine {
                 absl::StatusOr<std::vector<int32_t>> prepared);
   // One step: plan, forward, sample and emit, retire.
   void Step();
+  // Forks the choices of `first` (GenerateCall::AddChoice) from its session
+  // once its prompt's last `logits` are computed, and samples each one's
+  // first token from them (engine_choices.cc).
+  void ForkChoices(Sequence& first, absl::Span<const float> logits);
   // Appends a sampled token to the history and streams it; returns how the
   // sequence ends, if this token ends it.
   std::optional<FinishReason> EmitToken(Sequence& seq, int32_t token,
@@ -279,6 +283,9 @@ std::string_view FinishReasonName(FinishReason reason);
 // (an Append has none to check).
 absl::Status ValidateGenerateParams(const GenerateParams& params,
                                     int vocab_size);
+// ValidateGenerateParams of the call and of each of its choices; and at most
+// kMaxChoices, of a Generate.
+absl::Status ValidateGenerateCall(const GenerateCall& call, int vocab_size);
 
 }  // namespace kvserve
 

@@ -44,6 +44,29 @@ absl::Status ValidateGenerateParams(const GenerateParams& p, int vocab_size) {
   return ValidatePenaltyOptions(p.sampling.penalties, vocab_size);
 }
 
+absl::Status ValidateGenerateCall(const GenerateCall& call, int vocab_size) {
+  KVSERVE_RETURN_IF_ERROR(ValidateGenerateParams(call.params(), vocab_size));
+  const auto& choices = call.choices();
+  if (choices.empty()) return absl::OkStatus();
+  if (static_cast<int>(choices.size()) + 1 > kMaxChoices) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "n must be in [1, %d], got %d", kMaxChoices, choices.size() + 1));
+  }
+  if (!call.params().generate) {
+    return absl::InvalidArgumentError(
+        "an Append has no choices: n > 1 needs a Generate");
+  }
+  for (const auto& choice : choices) {
+    if (!choice->params().generate || !choice->choices().empty()) {
+      return absl::InvalidArgumentError(
+          "a choice must be a Generate without choices of its own");
+    }
+    KVSERVE_RETURN_IF_ERROR(
+        ValidateGenerateParams(choice->params(), vocab_size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::QueueStatusLocked() const {
   if (draining_ || stopping_) {
     return absl::UnavailableError("the server is shutting down");

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -110,6 +111,18 @@ struct GenerateParams {
   int logprobs = -1;  // -1: none; else 0..20 alternatives
 };
 
+// OpenAI's `n`: at most this many choices of one prompt.
+inline constexpr int kMaxChoices = 128;
+
+// Choice `index`'s params of a request with several choices: `first`'s with
+// a seed of its own, so that the choices differ and the same seed and n
+// reproduce them all. Choice 0 keeps the seed: it is the request as n = 1
+// would run it.
+inline GenerateParams ChoiceParams(GenerateParams first, int index) {
+  first.sampling.seed ^= static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15u;
+  return first;
+}
+
 // One Generate or Append in flight. The server keeps it alive until
 // OnFinish; Cancel() may be called from any thread, the rest from the
 // engine's.
@@ -130,10 +143,30 @@ class GenerateCall {
   }
   void LeaveQueue() { queue_place_.reset(); }
   // Ends the call: gives back its queue place, then tells the sink (whose
-  // client may send the next request at once).
+  // client may send the next request at once). Choices not forked yet end
+  // with the same result.
   void Finish(absl::StatusOr<GenerateResult> result) {
     LeaveQueue();
+    for (auto& choice : TakeChoices()) choice->Finish(result);
     sink_->OnFinish(std::move(result));
+  }
+
+  // OpenAI's `n`: the calls of choices 1..n-1 of this Generate's prompt,
+  // added before Submit (ChoiceParams makes their params). They share its
+  // prefill: once the prompt's last logits are computed, each is forked
+  // from this call's session into an ephemeral one (the KV shared
+  // copy-on-write, as ForkSession shares it), draws its first token from
+  // those logits and decodes on its own. A session keeps only this call's
+  // turn. Should this call end before the fork (refused, failed,
+  // cancelled), they end with its result.
+  void AddChoice(std::shared_ptr<GenerateCall> choice) {
+    choices_.push_back(std::move(choice));
+  }
+  const std::vector<std::shared_ptr<GenerateCall>>& choices() const {
+    return choices_;
+  }
+  std::vector<std::shared_ptr<GenerateCall>> TakeChoices() {
+    return std::exchange(choices_, {});
   }
 
  private:
@@ -141,6 +174,7 @@ class GenerateCall {
   TokenSink* const sink_;
   std::atomic<bool> cancelled_{false};
   std::shared_ptr<void> queue_place_;
+  std::vector<std::shared_ptr<GenerateCall>> choices_;
 };
 
 }  // namespace kvserve

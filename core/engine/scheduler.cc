@@ -21,6 +21,10 @@ void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   waiting_.push_back(std::move(seq));
 }
 
+void Scheduler::EnqueueStarted(std::unique_ptr<Sequence> seq) {
+  waiting_.push_front(std::move(seq));
+}
+
 void Scheduler::Admit() {
   while (!waiting_.empty() &&
          static_cast<int>(running_.size()) < options_.max_running) {

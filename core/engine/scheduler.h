@@ -68,6 +68,9 @@ class Scheduler {
 
   // Queues a sequence; nothing is reserved or computed yet.
   void Enqueue(std::unique_ptr<Sequence> seq);
+  // Queues a sequence that started elsewhere (a choice forked from one that
+  // runs) ahead of those not admitted yet.
+  void EnqueueStarted(std::unique_ptr<Sequence> seq);
 
   // Admission: moves waiting sequences into the running set while there is
   // room; a sequence admitted for the first time gets its cached prefix
