@@ -96,56 +96,94 @@ absl::StatusOr<T> Await(Start start) {
   return future.get();
 }
 
-// One generation request, on its worker.
+// One choice of a generation: what it has generated so far.
+struct ChoiceState {
+  std::string text;
+  std::vector<TokenLogprobEntry> entries;  // when logprobs
+  int32_t prev_id = -1;
+  // Set when it finished.
+  std::optional<absl::StatusOr<GenerateResult>> result;
+};
+
+// One generation request, on its worker: n choices of each of its prompts.
 struct Generation {
-  // The engine holds the queue by a raw pointer until OnFinish: whatever
-  // ends the request (an exception too) waits for that.
+  // The engine holds the queue's sinks by raw pointers until each call's
+  // OnFinish: whatever ends the request (an exception too) waits for that.
   ~Generation() {
-    if (call == nullptr) return;
-    call->Cancel();  // a no-op once it finished
+    if (calls.empty()) return;
+    CancelAll();  // a no-op for calls that finished
     queue->WaitFinished();
   }
 
+  void CancelAll() {
+    for (auto& call : calls) call->Cancel();
+  }
+  bool finished() const { return unfinished == 0; }
+  const std::string& echo_of(int index) const {
+    static const std::string kNone;
+    return echo.empty() ? kNone : echo[index / n];
+  }
+
+  // Adds a token to its choice's text and entries; returns its logprob
+  // entry, if any.
+  std::optional<TokenLogprobEntry> Add(const Tokenizer& tokenizer, int index,
+                                       const GeneratedToken& token) {
+    ChoiceState& c = choices[index];
+    std::optional<TokenLogprobEntry> entry;
+    if (logprobs && token.logprobs.has_value()) {
+      entry = MakeLogprobEntry(tokenizer, c.prev_id, token,
+                               static_cast<int64_t>(c.text.size()));
+      c.entries.push_back(*entry);
+    }
+    c.prev_id = token.token_id;
+    c.text += token.text;
+    return entry;
+  }
+
+  // Records a choice's result; the first failure cancels the others (the
+  // request fails as a whole).
+  void Finished(int index, absl::StatusOr<GenerateResult> result) {
+    if (!result.ok() && status.ok()) {
+      status = result.status();
+      CancelAll();
+    }
+    choices[index].result = std::move(result);
+    --unfinished;
+  }
+
+  // OpenAI's usage of several choices: each prompt counted once, every
+  // choice's completion tokens. REQUIRES: finished() and status.ok().
+  Usage TotalUsage() const {
+    Usage total;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const Usage& u = (*choices[i].result)->usage;
+      if (i % n == 0) {
+        total.prompt_tokens += u.prompt_tokens;
+        total.cached_prompt_tokens += u.cached_prompt_tokens;
+      }
+      total.generated_tokens += u.generated_tokens;
+    }
+    return total;
+  }
+
   std::shared_ptr<TokenQueue> queue;
-  std::shared_ptr<GenerateCall> call;
+  // Every choice's call: prompt p's choice j is calls[p * n + j].
+  std::vector<std::shared_ptr<GenerateCall>> calls;
+  std::vector<ChoiceState> choices;
+  int n = 1;
+  int unfinished = 0;
   ResponseMeta meta;
   bool logprobs = false;
   bool include_usage = false;
   std::unique_ptr<RequestRecord> record;
-
-  // echo: the prompt's text, sent before what is generated.
-  std::string echo;
-  // What has been generated so far.
-  std::string text;
-  std::vector<TokenLogprobEntry> entries;  // when logprobs
-  int32_t prev_id = -1;
+  // echo: each prompt's text, sent before what is generated for it.
+  std::vector<std::string> echo;
 
   // Streaming: the event the handler waited for before answering 200.
   std::optional<TokenQueue::Event> first;
-  bool role_sent = false;
-  bool done = false;
-  // How the stream ended, for the metrics; stays CANCELLED unless the
-  // result was written.
-  absl::Status status = absl::CancelledError("the client went away");
-
-  // Adds a token to text and entries; returns its logprob entry, if any.
-  std::optional<TokenLogprobEntry> Add(const Tokenizer& tokenizer,
-                                       const GeneratedToken& token) {
-    std::optional<TokenLogprobEntry> entry;
-    if (logprobs && token.logprobs.has_value()) {
-      entry = MakeLogprobEntry(tokenizer, prev_id, token,
-                               static_cast<int64_t>(text.size()));
-      entries.push_back(*entry);
-    }
-    prev_id = token.token_id;
-    text += token.text;
-    return entry;
-  }
-
-  std::optional<std::vector<TokenLogprobEntry>> AllEntries() const {
-    if (!logprobs) return std::nullopt;
-    return entries;
-  }
+  bool started = false;  // the role (or echo) chunks are sent
+  // OK until a choice failed; stays OK once the response was written.
+  absl::Status status;
 };
 
 }  // namespace
@@ -362,7 +400,7 @@ class HttpServer::Handlers {
     return Json{{"id", id}, {"object", "session"}, {"deleted", true}};
   }
 
-  // The next event of `g`, cancelling its call once the server stops or
+  // The next event of `g`, cancelling its calls once the server stops or
   // its client leaves.
   TokenQueue::Event Wait(Generation& g, Responder& res) {
     while (true) {
@@ -370,7 +408,7 @@ class HttpServer::Handlers {
               g.queue->Next(kPollInterval)) {
         return *std::move(event);
       }
-      if (stopping_.load() || res.ClientGone()) g.call->Cancel();
+      if (stopping_.load() || res.ClientGone()) g.CancelAll();
     }
   }
 
@@ -390,11 +428,54 @@ class HttpServer::Handlers {
         id.has_value() && !id->empty()) {
       r->params.session_id = std::string(*id);
     }
+    if (!r->params.session_id.empty() && !r->more_prompts.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "`prompt` holds %d prompts, and a session takes one turn at a "
+          "time: send one prompt per request with x-session-id",
+          r->more_prompts.size() + 1));
+    }
     r->params.owner = caller.owner;
     if (auto* chat = std::get_if<ChatInput>(&r->params.prompt)) {
       chat->tools_json = r->tools_json;
     }
     return r;
+  }
+
+  // Makes the calls of every choice of every prompt (each prompt's first
+  // call carrying the prompt's other choices, which share its prefill)
+  // and submits them.
+  void Submit(Generation& g, GenerationRequest& r) {
+    std::vector<Input> prompts;
+    prompts.push_back(std::move(r.params.prompt));
+    for (Input& p : r.more_prompts) prompts.push_back(std::move(p));
+    g.n = r.n;
+    const int total = static_cast<int>(prompts.size()) * r.n;
+    g.queue = std::make_shared<TokenQueue>(total);
+    g.choices.resize(total);
+    g.unfinished = total;
+    std::vector<std::shared_ptr<GenerateCall>> firsts;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (r.echo) {
+        const auto* ids = std::get_if<std::vector<int32_t>>(&prompts[p]);
+        g.echo.push_back(ids != nullptr
+                             ? http::Detokenize(*deps_.tokenizer, *ids)
+                             : std::get<std::string>(prompts[p]));
+      }
+      GenerateParams params = r.params;
+      params.prompt = std::move(prompts[p]);
+      for (int j = 0; j < r.n; ++j) {
+        const int index = static_cast<int>(p) * r.n + j;
+        auto call = std::make_shared<GenerateCall>(ChoiceParams(params, j),
+                                                   g.queue->sink(index));
+        if (j == 0) {
+          firsts.push_back(call);
+        } else {
+          firsts.back()->AddChoice(call);
+        }
+        g.calls.push_back(std::move(call));
+      }
+    }
+    for (auto& call : firsts) deps_.engine->Submit(std::move(call));
   }
 
   void Generate(Endpoint endpoint, const char* method, const Caller& caller,
@@ -415,92 +496,99 @@ class HttpServer::Handlers {
         .model = model_name()};
     g.logprobs = r->logprobs;
     g.include_usage = r->stream && r->include_usage;
-    if (r->echo) {
-      const auto* ids = std::get_if<std::vector<int32_t>>(&r->params.prompt);
-      g.echo = ids != nullptr ? http::Detokenize(*deps_.tokenizer, *ids)
-                              : std::get<std::string>(r->params.prompt);
-    }
-    g.queue = std::make_shared<TokenQueue>();
-    g.call =
-        std::make_shared<GenerateCall>(std::move(r->params), g.queue.get());
-    deps_.engine->Submit(g.call);
-    if (!r->stream) {
+    const bool stream = r->stream;
+    const std::string session_id = r->params.session_id;
+    Submit(g, *r);
+    if (!stream) {
       Respond(g, res);
       return;
     }
     // Errors before the first token (an unknown session, a full queue)
     // are HTTP errors; once a token came, the answer is a 200 stream.
     g.first = Wait(g, res);
-    if (auto* result = std::get_if<absl::StatusOr<GenerateResult>>(&*g.first);
+    if (auto* result =
+            std::get_if<absl::StatusOr<GenerateResult>>(&g.first->what);
         result != nullptr && !result->ok()) {
-      WriteError(res, result->status());
-      g.record->Finish(result->status());
+      const absl::Status failed = result->status();
+      g.CancelAll();
+      g.queue->WaitFinished();
+      WriteError(res, failed);
+      g.record->Finish(failed);
       return;
     }
     HeaderList headers = {{"Cache-Control", "no-cache"}};
-    if (!g.call->params().session_id.empty()) {
-      headers.emplace_back(kSessionHeader, g.call->params().session_id);
-    }
+    if (!session_id.empty()) headers.emplace_back(kSessionHeader, session_id);
     bool ok = res.StartStream(200, kSseContentType, headers);
-    while (ok && !g.done) ok = StreamStep(g, res);
+    bool done = false;
+    while (ok && !done) ok = StreamStep(g, res, done);
     if (ok) ok = res.EndStream();
-    if (!ok) {
-      g.call->Cancel();  // a no-op once it finished
-      if (!g.done) g.status = absl::CancelledError("the client went away");
-    }
+    g.CancelAll();  // a no-op for calls that finished
     g.queue->WaitFinished();
-    g.record->Finish(g.status);
+    g.record->Finish(ok ? g.status
+                        : absl::CancelledError("the client went away"));
   }
 
-  // The non-streaming answer, once the engine finished.
+  // The non-streaming answer, once every choice finished.
   void Respond(Generation& g, Responder& res) {
-    while (true) {
+    while (!g.finished()) {
       TokenQueue::Event event = Wait(g, res);
-      if (auto* token = std::get_if<GeneratedToken>(&event)) {
-        g.Add(*deps_.tokenizer, *token);
-        if (res.ClientGone()) g.call->Cancel();
+      if (auto* token = std::get_if<GeneratedToken>(&event.what)) {
+        g.Add(*deps_.tokenizer, event.index, *token);
+        if (res.ClientGone()) g.CancelAll();
         continue;
       }
-      const auto& result = std::get<absl::StatusOr<GenerateResult>>(event);
-      if (!result.ok()) {
-        WriteError(res, result.status());
-        g.record->Finish(result.status());
-        return;
-      }
-      HeaderList headers;
-      if (!result->session_id.empty()) {
-        headers.emplace_back(kSessionHeader, result->session_id);
-      }
-      // Cut short because its client left (and nobody read the answer):
-      // counted as cancelled, as a gRPC call whose client left is.
-      const bool delivered =
-          !g.call->cancelled() &&
-          WriteJson(res, 200,
-                    CompletionJson(g.meta, g.echo + g.text + result->text,
-                                   *result, g.AllEntries()),
-                    headers);
-      g.record->Finish(delivered
-                           ? absl::OkStatus()
-                           : absl::CancelledError("the client went away"));
+      g.Finished(event.index, std::get<absl::StatusOr<GenerateResult>>(
+                                  std::move(event.what)));
+    }
+    if (!g.status.ok()) {
+      WriteError(res, g.status);
+      g.record->Finish(g.status);
       return;
     }
+    HeaderList headers;
+    const GenerateResult& first = **g.choices[0].result;
+    if (!first.session_id.empty()) {
+      headers.emplace_back(kSessionHeader, first.session_id);
+    }
+    std::vector<ChoiceOutput> choices;
+    for (size_t i = 0; i < g.choices.size(); ++i) {
+      ChoiceState& c = g.choices[i];
+      const GenerateResult& result = **c.result;
+      choices.push_back(
+          {.text = g.echo_of(i) + c.text + result.text,
+           .finish_reason = result.finish_reason,
+           .logprobs = g.logprobs ? std::make_optional(std::move(c.entries))
+                                  : std::nullopt});
+    }
+    // Cut short because its client left (and nobody read the answer):
+    // counted as cancelled, as a gRPC call whose client left is.
+    bool cancelled = false;
+    for (const auto& call : g.calls) cancelled = cancelled || call->cancelled();
+    const bool delivered =
+        !cancelled &&
+        WriteJson(res, 200, CompletionJson(g.meta, choices, g.TotalUsage()),
+                  headers);
+    g.record->Finish(delivered ? absl::OkStatus()
+                               : absl::CancelledError("the client went away"));
   }
 
   // One step of a stream: waits for the next event (at most kPollInterval)
-  // and writes its SSE events. False: the client is gone (the caller
-  // cancels the generation).
-  bool StreamStep(Generation& g, Responder& res) {
+  // and writes its SSE events; `done` once the stream's last event is
+  // written. False: the client is gone (the caller cancels the generation).
+  bool StreamStep(Generation& g, Responder& res, bool& done) {
     std::string out;
     const bool chat = g.meta.endpoint == Endpoint::kChatCompletions;
-    if (!g.role_sent) {
-      g.role_sent = true;
-      if (chat) {
-        out +=
-            SseEvent(ChunkJson(g.meta, {{"role", "assistant"}, {"content", ""}},
-                               std::nullopt, "", g.include_usage));
-      } else if (!g.echo.empty()) {
-        out += SseEvent(ChunkJson(g.meta, {{"content", g.echo}}, std::nullopt,
-                                  "", g.include_usage));
+    if (!g.started) {
+      g.started = true;
+      for (int i = 0; i < static_cast<int>(g.choices.size()); ++i) {
+        if (chat) {
+          out += SseEvent(ChunkJson(g.meta, i,
+                                    {{"role", "assistant"}, {"content", ""}},
+                                    std::nullopt, "", g.include_usage));
+        } else if (!g.echo_of(i).empty()) {
+          out += SseEvent(ChunkJson(g.meta, i, {{"content", g.echo_of(i)}},
+                                    std::nullopt, "", g.include_usage));
+        }
       }
     }
     std::optional<TokenQueue::Event> event;
@@ -511,35 +599,44 @@ class HttpServer::Handlers {
       event = g.queue->Next(kPollInterval);
     }
     if (!event.has_value()) {
-      if (stopping_.load()) g.call->Cancel();
+      if (stopping_.load()) g.CancelAll();
       if (res.ClientGone()) return false;
-    } else if (auto* token = std::get_if<GeneratedToken>(&*event)) {
-      std::optional<TokenLogprobEntry> entry = g.Add(*deps_.tokenizer, *token);
-      if (!token->text.empty() || entry.has_value()) {
+    } else if (auto* token = std::get_if<GeneratedToken>(&event->what)) {
+      std::optional<TokenLogprobEntry> entry =
+          g.Add(*deps_.tokenizer, event->index, *token);
+      if (g.status.ok() && (!token->text.empty() || entry.has_value())) {
         std::optional<std::vector<TokenLogprobEntry>> logprobs;
         if (entry.has_value()) logprobs.emplace(1, *std::move(entry));
-        out += SseEvent(ChunkJson(g.meta, {{"content", token->text}}, logprobs,
-                                  "", g.include_usage));
+        out +=
+            SseEvent(ChunkJson(g.meta, event->index, {{"content", token->text}},
+                               logprobs, "", g.include_usage));
       }
     } else {
-      const auto& result = std::get<absl::StatusOr<GenerateResult>>(*event);
-      if (result.ok()) {
+      const bool failed_before = !g.status.ok();
+      g.Finished(event->index, std::get<absl::StatusOr<GenerateResult>>(
+                                   std::move(event->what)));
+      const auto& result = *g.choices[event->index].result;
+      if (result.ok() && g.status.ok()) {
         if (!result->text.empty()) {
-          out += SseEvent(ChunkJson(g.meta, {{"content", result->text}},
-                                    std::nullopt, "", g.include_usage));
+          out += SseEvent(ChunkJson(g.meta, event->index,
+                                    {{"content", result->text}}, std::nullopt,
+                                    "", g.include_usage));
         }
-        out += SseEvent(ChunkJson(g.meta, Json::object(), std::nullopt,
-                                  OpenAiFinishReason(result->finish_reason),
-                                  g.include_usage));
-        if (g.include_usage) {
-          out += SseEvent(UsageChunkJson(g.meta, result->usage));
-        }
-      } else {
-        out += SseEvent(ErrorJson(result.status()));
+        out += SseEvent(ChunkJson(
+            g.meta, event->index, Json::object(), std::nullopt,
+            OpenAiFinishReason(result->finish_reason), g.include_usage));
+      } else if (!failed_before && !g.status.ok()) {
+        // The first failure ends the stream's content (the other choices
+        // are cancelled).
+        out += SseEvent(ErrorJson(g.status));
       }
-      out += kSseDone;
-      g.done = true;
-      g.status = result.status();
+      if (g.finished()) {
+        if (g.include_usage && g.status.ok()) {
+          out += SseEvent(UsageChunkJson(g.meta, g.TotalUsage()));
+        }
+        out += kSseDone;
+        done = true;
+      }
     }
     return out.empty() || res.Write(std::move(out));
   }

@@ -213,12 +213,13 @@ void ReadCommon(FieldReader& f, int default_max_tokens,
                 GenerationRequest& out) {
   GenerateParams& p = out.params;
   out.model = f.String("model").value_or("");
-  if (std::optional<int64_t> n = f.Int("n"); n.has_value() && *n != 1) {
-    f.Invalid("n", *n < 1 || *n > 128
-                       ? absl::StrCat("must be in [1, 128], got ", *n)
-                       : absl::StrCat("must be 1 (one choice per request), "
-                                      "got ",
-                                      *n));
+  if (std::optional<int64_t> n = f.Int("n")) {
+    if (*n < 1 || *n > kMaxChoices) {
+      f.Invalid("n",
+                absl::StrFormat("must be in [1, %d], got %d", kMaxChoices, *n));
+    } else {
+      out.n = static_cast<int>(*n);
+    }
   }
   // max_completion_tokens is the newer name; it wins when both are given.
   std::optional<int64_t> max_tokens = f.Int("max_tokens");
@@ -605,6 +606,61 @@ absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
   return out;
 }
 
+namespace {
+
+// The token ids of a prompt given as a list of them; nullopt when `list`
+// is not a non-empty list of integers in [0, 2^31).
+std::optional<std::vector<int32_t>> ReadTokenIds(const Json& list) {
+  if (!list.is_array() || list.empty()) return std::nullopt;
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (const Json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return std::nullopt;
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return ids;
+}
+
+// /v1/completions' `prompt`: a string, a list of strings, a list of token
+// ids, or a list of lists of token ids; one Input per prompt.
+absl::StatusOr<std::vector<Input>> ReadPrompts(const Json& prompt) {
+  std::vector<Input> out;
+  if (prompt.is_string()) {
+    out.emplace_back(prompt.get<std::string>());
+    return out;
+  }
+  if (std::optional<std::vector<int32_t>> ids = ReadTokenIds(prompt)) {
+    out.emplace_back(*std::move(ids));
+    return out;
+  }
+  if (prompt.is_array() && !prompt.empty()) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const Json& p = prompt[i];
+      if (p.is_string()) {
+        out.emplace_back(p.get<std::string>());
+      } else if (std::optional<std::vector<int32_t>> ids = ReadTokenIds(p)) {
+        out.emplace_back(*std::move(ids));
+      } else {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "`prompt[%d]` must be a string or a non-empty list of token ids "
+            "(non-negative integers), got %s",
+            i, p.type_name()));
+      }
+    }
+    return out;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "`prompt` must be a string, a list of strings, a non-empty list of "
+      "token ids (non-negative integers) or a list of such lists, got ",
+      prompt.is_array() ? std::string("an empty list")
+                        : std::string(prompt.type_name())));
+}
+
+}  // namespace
+
 absl::StatusOr<GenerationRequest> ParseCompletionRequest(
     const Json& body, int default_max_tokens) {
   GenerationRequest out;
@@ -626,50 +682,43 @@ absl::StatusOr<GenerationRequest> ParseCompletionRequest(
               "with `logprobs` is not supported (the prompt's "
               "log-probabilities are not computed)");
   }
-  if (std::optional<int64_t> best_of = f.Int("best_of");
-      best_of.has_value() && *best_of != 1) {
-    f.Invalid("best_of", "must be 1");
+  // best_of: OpenAI's rule is best_of >= n; equal, every choice made is
+  // returned, as without it.
+  if (std::optional<int64_t> best_of = f.Int("best_of")) {
+    if (*best_of < out.n) {
+      f.Invalid("best_of", absl::StrFormat("must be at least n (%d), got %d",
+                                           out.n, *best_of));
+    } else if (*best_of > out.n) {
+      f.Invalid("best_of",
+                "above `n` is not supported (choices are not ranked "
+                "server-side): ask for `n` choices with `logprobs` and keep "
+                "the best");
+    }
   }
   if (!f.String("suffix").value_or("").empty()) {
     f.Invalid("suffix", "is not supported");
   }
   if (!f.status().ok()) return f.status();
 
-  // prompt: a string, a list of one string, token ids, a list of one list
-  // of token ids.
+  // prompt: a string, a list of strings, token ids, a list of lists of
+  // token ids.
   const Json* prompt = f.Find("prompt");
   if (prompt == nullptr) {
     return absl::InvalidArgumentError("`prompt` is required");
   }
-  const Json* single = prompt;
-  if (prompt->is_array() && prompt->size() == 1 &&
-      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    single = &(*prompt)[0];
+  absl::StatusOr<std::vector<Input>> prompts = ReadPrompts(*prompt);
+  if (!prompts.ok()) return prompts.status();
+  const int64_t choices = static_cast<int64_t>(prompts->size()) * out.n;
+  if (choices > kMaxChoices) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "`prompt` holds %d prompts and `n` is %d: %d choices, more than the "
+        "%d a request may make",
+        prompts->size(), out.n, choices, kMaxChoices));
   }
-  if (single->is_string()) {
-    out.params.prompt = single->get<std::string>();
-    return out;
-  }
-  if (single->is_array() && !single->empty()) {
-    std::vector<int32_t> ids;
-    for (const Json& id : *single) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-          id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        ids.clear();
-        break;
-      }
-      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
-    if (!ids.empty()) {
-      out.params.prompt = std::move(ids);
-      return out;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "`prompt` must be a string, a list of one string, or a non-empty list "
-      "of token ids (non-negative integers; one prompt per request), got ",
-      prompt->is_array() ? absl::StrCat("a list of ", prompt->size())
-                         : std::string(prompt->type_name())));
+  out.params.prompt = std::move(prompts->front());
+  out.more_prompts.assign(std::make_move_iterator(prompts->begin() + 1),
+                          std::make_move_iterator(prompts->end()));
+  return out;
 }
 
 absl::Status CheckModel(absl::string_view requested, absl::string_view served) {
@@ -722,28 +771,32 @@ Json UsageJson(const Usage& usage) {
            {{"cached_tokens", usage.cached_prompt_tokens}}}};
 }
 
-Json CompletionJson(
-    const ResponseMeta& meta, absl::string_view text,
-    const GenerateResult& result,
-    const std::optional<std::vector<TokenLogprobEntry>>& logprobs) {
-  Json choice = {{"index", 0}};
-  if (meta.endpoint == Endpoint::kChatCompletions) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+Json CompletionJson(const ResponseMeta& meta,
+                    const std::vector<ChoiceOutput>& choices,
+                    const Usage& usage) {
+  Json list = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    Json choice = {{"index", i}};
+    if (meta.endpoint == Endpoint::kChatCompletions) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = LogprobsJson(meta.endpoint, c.logprobs);
+    choice["finish_reason"] = OpenAiFinishReason(c.finish_reason);
+    list.push_back(std::move(choice));
   }
-  choice["logprobs"] = LogprobsJson(meta.endpoint, logprobs);
-  choice["finish_reason"] = OpenAiFinishReason(result.finish_reason);
   Json out = MetaJson(meta, /*chunk=*/false);
-  out["choices"] = Json::array({std::move(choice)});
-  out["usage"] = UsageJson(result.usage);
+  out["choices"] = std::move(list);
+  out["usage"] = UsageJson(usage);
   return out;
 }
 
-Json ChunkJson(const ResponseMeta& meta, const Json& delta,
+Json ChunkJson(const ResponseMeta& meta, int index, const Json& delta,
                const std::optional<std::vector<TokenLogprobEntry>>& logprobs,
                absl::string_view finish_reason, bool include_usage) {
-  Json choice = {{"index", 0}};
+  Json choice = {{"index", index}};
   if (meta.endpoint == Endpoint::kChatCompletions) {
     choice["delta"] = delta;
   } else {

@@ -70,10 +70,14 @@ enum class Endpoint { kChatCompletions, kCompletions };
 
 // One /v1/chat/completions or /v1/completions request.
 struct GenerationRequest {
-  // prompt: ChatInput (chat) or text or token ids (completions); owner is
-  // left empty (the caller's, set by the server); session_id from the body's
-  // `session_id`.
+  // prompt: ChatInput (chat) or text or token ids (completions; the first
+  // of a list of prompts); owner is left empty (the caller's, set by the
+  // server); session_id from the body's `session_id`.
   GenerateParams params;
+  // Completions: the list's other prompts, each run as params.prompt is.
+  std::vector<Input> more_prompts;
+  // Choices per prompt (`n`): prompt p's choice j has index p * n + j.
+  int n = 1;
   std::string model;       // as requested; empty: not given
   std::string tools_json;  // chat: the `tools` array as JSON; empty: none
   bool stream = false;
@@ -83,9 +87,10 @@ struct GenerationRequest {
 };
 
 // `default_max_tokens` when neither max_tokens nor max_completion_tokens is
-// given. OpenAI's defaults: temperature 1, top_p 1, a random seed. `n`
-// other than 1 is INVALID_ARGUMENT, as is a stop list longer than 16 or a
-// stop string empty or longer than 256 bytes (the gRPC API's limits).
+// given. OpenAI's defaults: temperature 1, top_p 1, a random seed. More
+// than kMaxChoices choices in all (n times the prompts) is
+// INVALID_ARGUMENT, as is a stop list longer than 16 or a stop string empty
+// or longer than 256 bytes (the gRPC API's limits).
 absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
                                                    int default_max_tokens);
 absl::StatusOr<GenerationRequest> ParseCompletionRequest(
@@ -137,18 +142,25 @@ std::string NewResponseId(absl::string_view prefix);
 // {cached_tokens}}.
 Json UsageJson(const Usage& usage);
 
-// The non-streaming response: "chat.completion" or "text_completion".
-// `logprobs`: nullopt when not asked for.
-Json CompletionJson(
-    const ResponseMeta& meta, absl::string_view text,
-    const GenerateResult& result,
-    const std::optional<std::vector<TokenLogprobEntry>>& logprobs);
+// One choice of a finished generation.
+struct ChoiceOutput {
+  std::string text;
+  FinishReason finish_reason = FinishReason::kLength;
+  // nullopt when not asked for.
+  std::optional<std::vector<TokenLogprobEntry>> logprobs;
+};
 
-// One streamed chunk: "chat.completion.chunk" (`delta` as given) or
-// "text_completion" (delta's "content" becomes "text"). finish_reason:
-// empty = null. include_usage adds "usage": null, as OpenAI does on every
-// chunk but the usage one.
-Json ChunkJson(const ResponseMeta& meta, const Json& delta,
+// The non-streaming response: "chat.completion" or "text_completion", with
+// choices[i] as the choice of index i.
+Json CompletionJson(const ResponseMeta& meta,
+                    const std::vector<ChoiceOutput>& choices,
+                    const Usage& usage);
+
+// One streamed chunk of choice `index`: "chat.completion.chunk" (`delta` as
+// given) or "text_completion" (delta's "content" becomes "text").
+// finish_reason: empty = null. include_usage adds "usage": null, as OpenAI
+// does on every chunk but the usage one.
+Json ChunkJson(const ResponseMeta& meta, int index, const Json& delta,
                const std::optional<std::vector<TokenLogprobEntry>>& logprobs,
                absl::string_view finish_reason, bool include_usage);
 // The final chunk of stream_options.include_usage: empty choices, usage.

@@ -329,6 +329,166 @@ TEST_F(HttpApiTest, CompletionEchoesThePrompt) {
       << from_ids.body;
 }
 
+// The choices' texts of a streamed response, by index, checking that each
+// index starts with its role chunk (chat) and ends with one finish_reason.
+std::vector<std::string> StreamedChoices(const std::string& body, int n,
+                                         bool chat, Json* usage) {
+  std::vector<std::string> text(n);
+  std::vector<int> finishes(n, 0);
+  std::vector<bool> role(n, false);
+  const std::vector<std::string> data = SseData(body);
+  EXPECT_EQ(data.back(), "[DONE]");
+  for (const std::string& d : data) {
+    if (d == "[DONE]") continue;
+    const Json chunk = Json::parse(d);
+    if (chunk.contains("usage") && !chunk["usage"].is_null()) {
+      *usage = chunk["usage"];
+    }
+    for (const Json& c : chunk["choices"]) {
+      const int i = c["index"];
+      EXPECT_TRUE(i >= 0 && i < n) << d;
+      if (i < 0 || i >= n) continue;
+      EXPECT_EQ(finishes[i], 0) << "a chunk after index " << i << "'s end";
+      if (chat) {
+        if (c["delta"].contains("role")) role[i] = true;
+        EXPECT_TRUE(role[i]) << "index " << i << " before its role: " << d;
+        text[i] += c["delta"].value("content", "");
+      } else {
+        text[i] += c["text"].get<std::string>();
+      }
+      if (!c["finish_reason"].is_null()) ++finishes[i];
+    }
+  }
+  for (int i = 0; i < n; ++i) EXPECT_EQ(finishes[i], 1) << "index " << i;
+  return text;
+}
+
+double Scrape(int metrics_port, const std::string& name) {
+  absl::StatusOr<std::string> m = HttpGet(metrics_port, "/metrics");
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? MetricSum(*m, name).value_or(0) : 0;
+}
+
+// Issue 37 item 3: n choices share one prefill (the prompt's positions are
+// computed once), are reproducible with a seed, and usage counts as
+// OpenAI's: the prompt once, every choice's completion.
+TEST_F(HttpApiTest, NChoicesShareOnePrefill) {
+  Json body = ChatBody(
+      "Tell me a story about a dog named Max and a small blue boat on the "
+      "lake.",
+      6);
+  body["temperature"] = 1.2;
+  body["seed"] = 5;
+  body["n"] = 4;
+  const double prompts_before =
+      Scrape(server().metrics_port(), "kvserve_prompt_tokens_total");
+  const double positions_before =
+      Scrape(server().metrics_port(), "kvserve_batch_size_sum");
+  const HttpReply four = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(four.status, 200) << four.body;
+  const double positions =
+      Scrape(server().metrics_port(), "kvserve_batch_size_sum") -
+      positions_before;
+  const Json& usage = four.json["usage"];
+  const int p = usage["prompt_tokens"];
+  EXPECT_EQ(usage["completion_tokens"], 4 * 6);
+  EXPECT_EQ(usage["total_tokens"], p + 4 * 6);
+  EXPECT_EQ(Scrape(server().metrics_port(), "kvserve_prompt_tokens_total") -
+                prompts_before,
+            p);
+  // The prompt once (less what was cached), then 5 fed-back tokens per
+  // choice; four prefills would be about 4 p.
+  const int cached = usage["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_EQ(positions, p - cached + 4 * 5) << four.body;
+
+  ASSERT_EQ(four.json["choices"].size(), 4u);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 4; ++i) {
+    const Json& c = four.json["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["finish_reason"], "length");
+    texts.push_back(c["message"]["content"]);
+  }
+  EXPECT_TRUE(texts[1] != texts[0] || texts[2] != texts[0] ||
+              texts[3] != texts[0])
+      << "each choice draws with its own seed";
+  // Reproducible with the seed; choice 0 is the n = 1 answer.
+  const HttpReply again = Post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(again.status, 200) << again.body;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(again.json["choices"][i]["message"]["content"], texts[i]);
+  }
+  body["n"] = 1;
+  const HttpReply single = Post(port(), "/v1/chat/completions", body);
+  EXPECT_EQ(single.json["choices"][0]["message"]["content"], texts[0]);
+  EXPECT_EQ(single.json["usage"]["prompt_tokens"], p);
+
+  // Streamed: each chunk names its choice; the texts are the same.
+  body["n"] = 4;
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  const HttpReply streamed = Post(port(), "/v1/chat/completions", body, {"-N"});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  Json streamed_usage;
+  EXPECT_EQ(StreamedChoices(streamed.body, 4, /*chat=*/true, &streamed_usage),
+            texts);
+  EXPECT_EQ(streamed_usage["completion_tokens"], 24);
+  EXPECT_EQ(streamed_usage["prompt_tokens"], p);
+}
+
+// Issue 37 item 4: a list of prompts makes one choice per prompt times n,
+// prompt p's choice j at index p * n + j, each as its prompt alone makes it.
+TEST_F(HttpApiTest, CompletionsOfAListOfPrompts) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The dog"};
+  std::vector<std::string> alone;
+  int prompt_tokens = 0;
+  for (const std::string& prompt : prompts) {
+    const HttpReply r = Post(port(), "/v1/completions",
+                             {{"prompt", prompt},
+                              {"max_tokens", 4},
+                              {"temperature", 0},
+                              {"ignore_eos", true}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    alone.push_back(r.json["choices"][0]["text"]);
+    prompt_tokens += r.json["usage"]["prompt_tokens"].get<int>();
+  }
+  const HttpReply ids = Post(port(), "/tokenize", {{"content", "The dog"}});
+  Json body = {{"prompt", prompts},  {"n", 2},
+               {"max_tokens", 4},    {"temperature", 0},
+               {"ignore_eos", true}, {"echo", true}};
+  const HttpReply r = Post(port(), "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json["choices"].size(), 4u) << r.body;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r.json["choices"][i]["index"], i);
+    EXPECT_EQ(r.json["choices"][i]["text"], prompts[i / 2] + alone[i / 2])
+        << "choice " << i;
+  }
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 16);
+
+  // Token ids and text mixed, streamed.
+  body = {{"prompt", Json::array({prompts[0], ids.json["tokens"]})},
+          {"max_tokens", 4},
+          {"temperature", 0},
+          {"ignore_eos", true},
+          {"stream", true}};
+  const HttpReply streamed = Post(port(), "/v1/completions", body, {"-N"});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  Json usage;
+  EXPECT_EQ(StreamedChoices(streamed.body, 2, /*chat=*/false, &usage), alone);
+
+  // A session takes one turn: a list is refused with one.
+  body = {{"prompt", prompts}, {"max_tokens", 2}};
+  const HttpReply session =
+      Post(port(), "/v1/completions", body,
+           {"-H", "x-session-id: 0123456789abcdef0123456789abcdef"});
+  ExpectError(session, 400, "invalid_argument");
+  EXPECT_TRUE(absl::StrContains(
+      session.json["error"]["message"].get<std::string>(), "one prompt per"))
+      << session.body;
+}
+
 TEST_F(HttpApiTest, CompletionStreamEndsWithDone) {
   const HttpReply r = Post(port(), "/v1/completions",
                            {{"prompt", "Once"},
@@ -420,9 +580,9 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAisShapeAndStatus) {
   EXPECT_TRUE(absl::StrContains(
       typed.json["error"]["message"].get<std::string>(), "max_tokens"));
 
-  Json two = ChatBody("x", 1);
-  two["n"] = 2;
-  ExpectError(Post(port(), "/v1/chat/completions", two), 400,
+  Json many = ChatBody("x", 1);
+  many["n"] = 129;
+  ExpectError(Post(port(), "/v1/chat/completions", many), 400,
               "invalid_argument");
 
   ExpectError(Curl(port(), "GET", "/v1/nothing"), 404, "not_found");

@@ -50,6 +50,8 @@ constexpr const char* kChecks[] = {
     "sessions",
     "completions",
     "completions.streaming",
+    "chat.n_choices",
+    "completions.prompt_list",
 };
 
 constexpr int kMinNodeMajor = 20;  // package.json's "engines"

@@ -331,8 +331,8 @@ TEST(ParseChatRequestTest, RefusesWhatCannotBeServed) {
     const char* message;
   };
   const std::vector<Case> cases = {
-      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})",
-       "`n` must be 1"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 0})",
+       "`n` must be in [1, 128], got 0"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})",
        "`max_tokens` must be at least 1"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
@@ -444,16 +444,57 @@ TEST(ParseCompletionRequestTest, PromptForms) {
             (std::vector<int32_t>{4, 5}));
 }
 
+// Issue 37 item 4: a list of prompts, of strings or of token-id lists,
+// one choice per prompt times n.
+TEST(ParseCompletionRequestTest, ListsOfPrompts) {
+  absl::StatusOr<GenerationRequest> strings =
+      Completion(R"({"prompt": ["a", "b", "c"], "n": 2})");
+  ASSERT_TRUE(strings.ok()) << strings.status();
+  EXPECT_EQ(std::get<std::string>(strings->params.prompt), "a");
+  ASSERT_EQ(strings->more_prompts.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(strings->more_prompts[1]), "c");
+  EXPECT_EQ(strings->n, 2);
+
+  absl::StatusOr<GenerationRequest> lists =
+      Completion(R"({"prompt": [[1, 2], "x", [3]]})");
+  ASSERT_TRUE(lists.ok()) << lists.status();
+  EXPECT_EQ(std::get<std::vector<int32_t>>(lists->params.prompt),
+            (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(std::get<std::string>(lists->more_prompts[0]), "x");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(lists->more_prompts[1]),
+            (std::vector<int32_t>{3}));
+  EXPECT_EQ(lists->n, 1);
+}
+
 TEST(ParseCompletionRequestTest, RefusedPrompts) {
-  for (const char* body : {R"({})", R"({"prompt": ["a", "b"]})",
-                           R"({"prompt": []})", R"({"prompt": [1, -2]})",
-                           R"({"prompt": [1, "a"]})", R"({"prompt": 5})"}) {
-    EXPECT_EQ(Completion(body).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << body;
+  struct Case {
+    const char* body;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {R"({})", "`prompt` is required"},
+      {R"({"prompt": []})", "got an empty list"},
+      {R"({"prompt": [1, -2]})", "`prompt[0]` must be a string"},
+      {R"({"prompt": [1, "a"]})", "`prompt[0]` must be a string"},
+      {R"({"prompt": ["a", [1, 2.5]]})", "`prompt[1]` must be a string"},
+      {R"({"prompt": ["a", []]})", "`prompt[1]` must be a string"},
+      {R"({"prompt": 5})", "got number"},
+      {R"({"prompt": ["a", "b", "c"], "n": 43})",
+       "3 prompts and `n` is 43: 129 choices, more than the 128"},
+      {R"({"prompt": "a", "n": 2, "best_of": 1})",
+       "`best_of` must be at least n (2), got 1"},
+      {R"({"prompt": "a", "best_of": 3})",
+       "`best_of` above `n` is not supported"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<GenerationRequest> r = Completion(c.body);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.body;
   }
-  EXPECT_THAT(Completion(R"({"prompt": ["a", "b"]})").status().message(),
-              HasSubstr("one prompt per request"));
+  absl::StatusOr<GenerationRequest> best = Completion(R"({"prompt": "a",
+      "n": 3, "best_of": 3})");
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_EQ(best->n, 3);
 }
 
 TEST(ParseCompletionRequestTest, LogprobsAndParseSpecial) {
@@ -525,8 +566,11 @@ TEST(UsageJsonTest, CountsAndCachedTokens) {
 }
 
 TEST(CompletionJsonTest, ChatCompletion) {
-  const Json j = CompletionJson(Meta(Endpoint::kChatCompletions), "hello",
-                                Result(FinishReason::kLength), std::nullopt);
+  const Json j = CompletionJson(Meta(Endpoint::kChatCompletions),
+                                {{.text = "hello",
+                                  .finish_reason = FinishReason::kLength,
+                                  .logprobs = std::nullopt}},
+                                Result(FinishReason::kLength).usage);
   EXPECT_EQ(j["id"], "id-1");
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["created"], 1700000000);
@@ -541,8 +585,11 @@ TEST(CompletionJsonTest, ChatCompletion) {
 }
 
 TEST(CompletionJsonTest, TextCompletion) {
-  const Json j = CompletionJson(Meta(Endpoint::kCompletions), "hello",
-                                Result(FinishReason::kEos), std::nullopt);
+  const Json j = CompletionJson(Meta(Endpoint::kCompletions),
+                                {{.text = "hello",
+                                  .finish_reason = FinishReason::kEos,
+                                  .logprobs = std::nullopt}},
+                                Result(FinishReason::kEos).usage);
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][0]["text"], "hello");
   EXPECT_FALSE(j["choices"][0].contains("message"));
@@ -564,9 +611,25 @@ std::vector<TokenLogprobEntry> Entries() {
   return {a, b};
 }
 
+TEST(CompletionJsonTest, EachChoiceHasItsIndex) {
+  const Json j = CompletionJson(
+      Meta(Endpoint::kCompletions),
+      {{.text = "a", .finish_reason = FinishReason::kEos, .logprobs = {}},
+       {.text = "b", .finish_reason = FinishReason::kLength, .logprobs = {}}},
+      Result(FinishReason::kEos).usage);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["choices"][1]["text"], "b");
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
 TEST(CompletionJsonTest, ChatLogprobsCarryBytesAndAlternatives) {
-  const Json j = CompletionJson(Meta(Endpoint::kChatCompletions), "Hi!",
-                                Result(FinishReason::kStop), Entries());
+  const Json j = CompletionJson(Meta(Endpoint::kChatCompletions),
+                                {{.text = "Hi!",
+                                  .finish_reason = FinishReason::kStop,
+                                  .logprobs = Entries()}},
+                                Result(FinishReason::kStop).usage);
   const Json& content = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u);
   EXPECT_EQ(content[0]["token"], "Hi");
@@ -581,8 +644,11 @@ TEST(CompletionJsonTest, ChatLogprobsCarryBytesAndAlternatives) {
 }
 
 TEST(CompletionJsonTest, CompletionLogprobsAreParallelLists) {
-  const Json j = CompletionJson(Meta(Endpoint::kCompletions), "Hi!",
-                                Result(FinishReason::kStop), Entries());
+  const Json j = CompletionJson(Meta(Endpoint::kCompletions),
+                                {{.text = "Hi!",
+                                  .finish_reason = FinishReason::kStop,
+                                  .logprobs = Entries()}},
+                                Result(FinishReason::kStop).usage);
   const Json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], Parse(R"(["Hi", "!"])"));
   EXPECT_EQ(lp["text_offset"], Parse("[0, 2]"));
@@ -594,14 +660,17 @@ TEST(CompletionJsonTest, CompletionLogprobsAreParallelLists) {
 
 TEST(ChunkJsonTest, ChatChunks) {
   const ResponseMeta meta = Meta(Endpoint::kChatCompletions);
-  const Json first = ChunkJson(meta, {{"role", "assistant"}, {"content", ""}},
-                               std::nullopt, "", false);
+  const Json first =
+      ChunkJson(meta, 0, {{"role", "assistant"}, {"content", ""}}, std::nullopt,
+                "", false);
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
   EXPECT_FALSE(first.contains("usage"));
 
-  const Json last = ChunkJson(meta, Json::object(), std::nullopt, "stop", true);
+  const Json last =
+      ChunkJson(meta, 3, Json::object(), std::nullopt, "stop", true);
+  EXPECT_EQ(last["choices"][0]["index"], 3);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   EXPECT_TRUE(last.contains("usage"));
@@ -614,7 +683,7 @@ TEST(ChunkJsonTest, ChatChunks) {
 }
 
 TEST(ChunkJsonTest, CompletionChunksCarryText) {
-  const Json c = ChunkJson(Meta(Endpoint::kCompletions), {{"content", "ab"}},
+  const Json c = ChunkJson(Meta(Endpoint::kCompletions), 0, {{"content", "ab"}},
                            std::nullopt, "", false);
   EXPECT_EQ(c["object"], "text_completion");
   EXPECT_EQ(c["choices"][0]["text"], "ab");

@@ -325,5 +325,56 @@ await check('completions.streaming', async () => {
   return `text=${show(text)}`;
 });
 
+// --- 6. several choices (n) and several prompts ------------------------
+
+// n choices at a seed: one per index, reproducible, the streamed texts the
+// same; usage counts the prompt once and every choice's tokens.
+await check('chat.n_choices', async () => {
+  const body = { model, messages: kHello, max_tokens: kMaxTokens,
+                 temperature: 1.0, seed: 11, n: 3 };
+  const completion = await client.chat.completions.create(body);
+  expect(completion.choices.length === 3, `choices ${show(completion.choices)}`);
+  const texts = completion.choices.map((c, i) => {
+    expect(c.index === i, `choice ${i} has index ${c.index}`);
+    expect(typeof c.message?.content === 'string', `content ${show(c.message)}`);
+    return c.message.content;
+  });
+  const single = await client.chat.completions.create({ ...body, n: 1 });
+  expect(completion.usage.prompt_tokens === single.usage.prompt_tokens,
+         `prompt_tokens ${completion.usage.prompt_tokens} != n=1's ${single.usage.prompt_tokens}`);
+  expect(completion.usage.completion_tokens === 3 * kMaxTokens,
+         `completion_tokens ${completion.usage.completion_tokens}`);
+  expect(single.choices[0].message.content === texts[0],
+         `choice 0 ${show(texts[0])} != n=1 ${show(single.choices[0].message.content)}`);
+  const streamed = ['', '', ''];
+  const stream = await client.chat.completions.create({ ...body, stream: true });
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      streamed[c.index] += c.delta?.content ?? '';
+    }
+  }
+  expect(show(streamed) === show(texts),
+         `streamed ${show(streamed)} != ${show(texts)}`);
+  return show(texts);
+});
+
+await check('completions.prompt_list', async () => {
+  const prompts = ['Once upon a time', 'The cat'];
+  const both = await client.completions.create(
+      { model, prompt: prompts, max_tokens: 4, temperature: 0, n: 2 });
+  expect(both.choices.length === 4, `choices ${show(both.choices)}`);
+  for (let p = 0; p < prompts.length; ++p) {
+    const alone = await client.completions.create(
+        { model, prompt: prompts[p], max_tokens: 4, temperature: 0 });
+    for (let j = 0; j < 2; ++j) {
+      const c = both.choices[p * 2 + j];
+      expect(c.index === p * 2 + j, `index ${c.index}`);
+      expect(c.text === alone.choices[0].text,
+             `choice ${c.index} ${show(c.text)} != ${show(alone.choices[0].text)}`);
+    }
+  }
+  return show(both.choices.map((c) => c.text));
+});
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
