@@ -348,6 +348,26 @@ absl::StatusOr<ServingStatus> Client::Health(const CallOptions& options) {
 absl::StatusOr<v1::GenerateFinal> Client::Generate(
     const v1::GenerateRequest& request, const TokenCallback& on_token,
     const CallOptions& options) {
+  if (request.n() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Generate returns one choice, and n is ", request.n(),
+                     ": use GenerateChoices"));
+  }
+  ChoiceTokenCallback each;
+  if (on_token) {
+    each = [&on_token](int, const v1::GeneratedToken& token) {
+      return on_token(token);
+    };
+  }
+  absl::StatusOr<std::vector<v1::GenerateFinal>> finals =
+      GenerateChoices(request, each, options);
+  if (!finals.ok()) return finals.status();
+  return std::move(finals->front());
+}
+
+absl::StatusOr<std::vector<v1::GenerateFinal>> Client::GenerateChoices(
+    const v1::GenerateRequest& request, const ChoiceTokenCallback& on_token,
+    const CallOptions& options) {
   grpc::ClientContext context;
   PrepareContext(&context, options, request.session_id(),
                  absl::InfiniteDuration());
@@ -355,35 +375,52 @@ absl::StatusOr<v1::GenerateFinal> Client::Generate(
   if (!scope.attached()) {
     return absl::CancelledError("cancelled before the call started");
   }
+  const int n = std::max(request.n(), 1);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       inference_->Generate(&context, request);
   v1::GenerateResponse response;
-  std::optional<v1::GenerateFinal> final_message;
+  std::vector<std::optional<v1::GenerateFinal>> finals(n);
   bool cancelled_by_callback = false;
+  absl::Status bad_index;
   while (reader->Read(&response)) {
-    if (response.has_token()) {
-      if (on_token && !on_token(response.token())) {
+    const int index = response.index();
+    if (index < 0 || index >= n) {
+      bad_index = absl::InternalError(absl::StrCat(
+          "the server sent choice ", index, " of a request for ", n));
+    } else if (response.has_token()) {
+      if (on_token && !on_token(index, response.token())) {
         cancelled_by_callback = true;
-        context.TryCancel();
-        break;
       }
     } else if (response.has_final()) {
-      final_message = std::move(*response.mutable_final());
+      finals[index] = std::move(*response.mutable_final());
+    }
+    if (cancelled_by_callback || !bad_index.ok()) {
+      context.TryCancel();
+      break;
     }
   }
   // After a cancel the stream ends promptly; drain it so Finish never waits
   // on unread messages.
-  while (cancelled_by_callback && reader->Read(&response)) {
+  while ((cancelled_by_callback || !bad_index.ok()) &&
+         reader->Read(&response)) {
   }
   const grpc::Status status = reader->Finish();
   if (cancelled_by_callback) {
     return absl::CancelledError("cancelled by the token callback");
   }
+  if (!bad_index.ok()) return bad_index;
   if (!status.ok()) return ToAbslStatus(status);
-  if (!final_message.has_value()) {
-    return absl::InternalError("the stream ended without a final message");
+  std::vector<v1::GenerateFinal> out;
+  for (int i = 0; i < n; ++i) {
+    if (!finals[i].has_value()) {
+      return absl::InternalError(
+          n == 1 ? std::string("the stream ended without a final message")
+                 : absl::StrCat("the stream ended without choice ", i,
+                                "'s final message"));
+    }
+    out.push_back(*std::move(finals[i]));
   }
-  return *std::move(final_message);
+  return out;
 }
 
 }  // namespace kvserve

@@ -106,6 +106,9 @@ class Client {
   // Called for each streamed token, on the thread that called Generate.
   // Return false to cancel the stream (Generate then returns CANCELLED).
   using TokenCallback = std::function<bool(const v1::GeneratedToken& token)>;
+  // GenerateChoices' callback: also the token's choice index.
+  using ChoiceTokenCallback =
+      std::function<bool(int index, const v1::GeneratedToken& token)>;
 
   // A channel to `address` ("host:port"), plaintext unless `options` asks
   // for TLS. The channel connects lazily: an unreachable server, or one
@@ -144,9 +147,17 @@ class Client {
   // Streams tokens to `on_token` (may be empty) and returns the final message.
   // A stream that ends without one is an error (INTERNAL unless the server
   // gave a status).
+  // INVALID_ARGUMENT for request.n() > 1 (GenerateChoices returns them).
   absl::StatusOr<v1::GenerateFinal> Generate(const v1::GenerateRequest& request,
                                              const TokenCallback& on_token,
                                              const CallOptions& options = {});
+  // A Generate of request.n() choices (0 or 1: one): tokens go to
+  // `on_token` with their choice's index as they come; returns each
+  // choice's final message, in index order. A stream that ends without
+  // every choice's final, or names a choice outside [0, n), is an error.
+  absl::StatusOr<std::vector<v1::GenerateFinal>> GenerateChoices(
+      const v1::GenerateRequest& request, const ChoiceTokenCallback& on_token,
+      const CallOptions& options = {});
 
   absl::StatusOr<v1::TokenizeResponse> Tokenize(
       const v1::TokenizeRequest& request, const CallOptions& options = {});

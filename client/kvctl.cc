@@ -78,6 +78,10 @@ ABSL_FLAG(std::optional<float>, top_p, std::nullopt,
           "generate: nucleus sampling mass (0 or 1: off).");
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
           "generate: RNG seed, for reproducible sampling (default: random).");
+ABSL_FLAG(std::optional<int>, n, std::nullopt,
+          "generate, chat: choices of the prompt (1 to 128), sharing one "
+          "prefill; printed one after another once all are done (--json: "
+          "each line carries its choice's \"index\").");
 ABSL_FLAG(std::optional<float>, min_p, std::nullopt,
           "generate: keep tokens at least P times as likely as the most "
           "likely one (0: off).");
@@ -724,19 +728,29 @@ class Commands {
     }
     request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
     if (auto v = absl::GetFlag(FLAGS_logprobs)) request.set_logprobs(*v);
+    if (auto v = absl::GetFlag(FLAGS_n)) request.set_n(*v);
     request.set_owner(absl::GetFlag(FLAGS_owner));
     return request;
   }
 
-  // Streams a Generate's output to stdout.
+  // Streams a Generate's output to stdout. Several choices: --json lines
+  // as they come, each with its "index"; text once all are done, choice
+  // by choice.
   int Stream(const v1::GenerateRequest& request) {
     const bool json = absl::GetFlag(FLAGS_json);
+    const bool several = request.n() > 1;
     bool write_failed = false;
     bool printed_text = false;
-    auto on_token = [&](const v1::GeneratedToken& token) {
+    std::vector<std::string> texts(std::max(request.n(), 1));
+    auto on_token = [&](int index, const v1::GeneratedToken& token) {
       std::string out;
       if (json) {
-        out = DumpJson(TokenToJson(token)) + "\n";
+        Json line = TokenToJson(token);
+        if (several) line["index"] = index;
+        out = DumpJson(line) + "\n";
+      } else if (several) {
+        texts[index] += token.text();
+        return true;
       } else {
         out = token.text();
         printed_text = true;
@@ -744,18 +758,26 @@ class Commands {
       write_failed = !WriteOut(out);
       return !write_failed;
     };
-    absl::StatusOr<v1::GenerateFinal> final_message =
-        client_->Generate(request, on_token, Options());
+    absl::StatusOr<std::vector<v1::GenerateFinal>> finals =
+        client_->GenerateChoices(request, on_token, Options());
     if (write_failed) return WriteFailed();
-    if (!final_message.ok()) {
+    if (!finals.ok()) {
       if (printed_text) WriteOut("\n");
-      return Fail(final_message.status());
+      return Fail(finals.status());
     }
     std::string out;
-    if (json) {
-      out = DumpJson(FinalToJson(*final_message)) + "\n";
-    } else {
-      out = final_message->text() + "\n";
+    for (size_t i = 0; i < finals->size(); ++i) {
+      const v1::GenerateFinal& final_message = (*finals)[i];
+      if (json) {
+        Json line = FinalToJson(final_message);
+        if (several) line["index"] = i;
+        out += DumpJson(line) + "\n";
+      } else if (several) {
+        absl::StrAppend(&out, i == 0 ? "" : "\n", "--- choice ", i, " ---\n",
+                        texts[i], final_message.text(), "\n");
+      } else {
+        out += final_message.text() + "\n";
+      }
     }
     return WriteOut(out) ? kExitOk : WriteFailed();
   }

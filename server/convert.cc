@@ -1,6 +1,8 @@
 #include "server/convert.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
@@ -103,6 +105,22 @@ absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
   p.ignore_eos = request.ignore_eos();
   if (request.has_logprobs()) p.logprobs = request.logprobs();
   return p;
+}
+
+absl::StatusOr<std::vector<GenerateParams>> ChoicesFromProto(
+    const v1::GenerateRequest& request, int default_max_tokens) {
+  if (request.n() < 0 || request.n() > kMaxChoices) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("n must be in [0, %d] (0 or 1: one choice), got %d",
+                        kMaxChoices, request.n()));
+  }
+  absl::StatusOr<GenerateParams> first = FromProto(request, default_max_tokens);
+  if (!first.ok()) return first.status();
+  std::vector<GenerateParams> choices;
+  for (int i = 0; i < std::max(request.n(), 1); ++i) {
+    choices.push_back(ChoiceParams(*first, i));
+  }
+  return choices;
 }
 
 absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(

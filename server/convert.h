@@ -7,6 +7,7 @@
 #define KVSERVE_SERVER_CONVERT_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/engine/engine.h"
@@ -23,6 +24,10 @@ Input FromProto(const v1::Input& input);
 // one that is empty or longer than 256 bytes.
 absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
                                          int default_max_tokens);
+// Each choice's params of a Generate (GenerateRequest.n; ChoiceParams):
+// INVALID_ARGUMENT when n is outside [0, kMaxChoices].
+absl::StatusOr<std::vector<GenerateParams>> ChoicesFromProto(
+    const v1::GenerateRequest& request, int default_max_tokens);
 
 // The longest TTL: 100 years of 365 days. Longer ones are refused, not
 // clamped, so that a session never comes back with a TTL other than the one

@@ -124,8 +124,9 @@ absl::Status CheckLookupId(std::string_view id) {
 }
 
 // Streams one Generate: one write outstanding, the next from OnWriteDone;
-// the final message is written like a token, and Finish follows, once,
-// after the engine's OnFinish and every write before it.
+// each choice's final message is written like a token, and Finish follows,
+// once, after every choice's OnFinish and every write before it. The first
+// choice that fails cancels the others, and its status ends the stream.
 //
 // As soon as Finish is started, gRPC may run OnDone, which drops gRPC's
 // reference, on another thread; the engine's OnFinish is no gRPC reaction,
@@ -140,7 +141,6 @@ absl::Status CheckLookupId(std::string_view id) {
 // while it calls TryCancel, so that the context lives throughout.
 // Lock order: mu_, then the watchdog's.
 class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                              public TokenSink,
                               public StreamWatchdog::Stream {
  public:
   GenerateReactor(grpc::CallbackServerContext* context, Engine* engine,
@@ -155,19 +155,32 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     metrics_->RequestStarted();
   }
 
-  void Start(absl::StatusOr<GenerateParams> params) {
-    if (!params.ok()) {
-      OnFinish(params.status());
+  // One GenerateCall per choice (choice 0 first, carrying the others).
+  void Start(absl::StatusOr<std::vector<GenerateParams>> choices) {
+    if (!choices.ok()) {
+      OnFinish(0, choices.status());
       return;
     }
-    call_ = std::make_shared<GenerateCall>(*std::move(params), this);
-    engine_->Submit(call_);
+    std::vector<std::shared_ptr<GenerateCall>> calls;
+    for (size_t i = 0; i < choices->size(); ++i) {
+      sinks_.push_back(std::make_unique<ChoiceSink>(this, i));
+      calls.push_back(std::make_shared<GenerateCall>(std::move((*choices)[i]),
+                                                     sinks_.back().get()));
+      if (i > 0) calls[0]->AddChoice(calls[i]);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      calls_ = calls;
+      unfinished_ = calls.size();
+    }
+    engine_->Submit(calls[0]);
   }
 
-  // TokenSink, on the engine thread.
-  void OnToken(GeneratedToken token) override {
+  // From a choice's TokenSink, on the engine thread.
+  void OnToken(int index, GeneratedToken token) {
     v1::GenerateResponse response;
     ToProto(token, *tokenizer_, response.mutable_token());
+    response.set_index(index);
     absl::StatusOr<grpc::ByteBuffer> bytes = SerializeResponse(response);
     Next next;
     {
@@ -176,14 +189,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
         queue_.push_back(*std::move(bytes));
       } else if (status_.ok()) {
         status_ = bytes.status();
-        call_->Cancel();
+        CancelCallsLocked();
       }
       next = NextLocked();
     }
     Run(this, next);
   }
 
-  void OnFinish(absl::StatusOr<GenerateResult> result) override {
+  void OnFinish(int index, absl::StatusOr<GenerateResult> result) {
     absl::Status status = result.status();
     std::optional<grpc::ByteBuffer> final_bytes;
     if (result.ok() && result->finish_reason == FinishReason::kCancelled) {
@@ -191,6 +204,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     } else if (result.ok()) {
       v1::GenerateResponse response;
       ToProto(*result, response.mutable_final());
+      response.set_index(index);
       absl::StatusOr<grpc::ByteBuffer> bytes = SerializeResponse(response);
       if (bytes.ok()) {
         final_bytes = *std::move(bytes);
@@ -201,12 +215,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     Next next;
     {
       absl::MutexLock lock(&mu_);
-      if (status_.ok()) status_ = status;
+      if (status_.ok() && !status.ok()) {
+        status_ = status;
+        CancelCallsLocked();  // the stream fails as a whole
+      }
       if (status_.ok() && final_bytes.has_value()) {
         queue_.push_back(*std::move(final_bytes));
       }
-      engine_done_ = true;
-      if (!queue_.empty() || writing_) watchdog_->Unflushed(this);
+      if (--unfinished_ == 0) {
+        engine_done_ = true;
+        if (!queue_.empty() || writing_) watchdog_->Unflushed(this);
+      }
       next = NextLocked();
     }
     Run(this, next);
@@ -222,7 +241,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       if (!ok) {
         broken_ = true;  // the client is gone: stop generating
         queue_.clear();
-        if (call_) call_->Cancel();
+        CancelCallsLocked();
       }
       next = NextLocked();
     }
@@ -231,7 +250,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   void OnCancel() override {
     absl::MutexLock lock(&mu_);
-    if (call_) call_->Cancel();
+    CancelCallsLocked();
   }
 
   void OnDone() override {
@@ -254,7 +273,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       watchdog_cancelling_ = true;
       if (status_.ok()) status_ = absl::CancelledError(why);
       queue_.clear();
-      if (call_) call_->Cancel();
+      CancelCallsLocked();
     }
     // May run reactions (OnWriteDone) on this thread; none starts Finish.
     context_->TryCancel();
@@ -268,6 +287,28 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   }
 
  private:
+  // One choice's TokenSink: hands its events to the reactor with its index
+  // (and touches nothing after: the reactor may be gone once it returns).
+  class ChoiceSink final : public TokenSink {
+   public:
+    ChoiceSink(GenerateReactor* reactor, int index)
+        : reactor_(reactor), index_(index) {}
+    void OnToken(GeneratedToken token) override {
+      reactor_->OnToken(index_, std::move(token));
+    }
+    void OnFinish(absl::StatusOr<GenerateResult> result) override {
+      reactor_->OnFinish(index_, std::move(result));
+    }
+
+   private:
+    GenerateReactor* const reactor_;
+    const int index_;
+  };
+
+  void CancelCallsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto& call : calls_) call->Cancel();
+  }
+
   // What to start once mu_ is released.
   struct Next {
     enum class Op { kNothing, kWrite, kFinish };
@@ -329,8 +370,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // cancels.
   std::atomic<int> refs_{1};
 
+  // Made by Start before any choice is submitted; never changed after.
+  std::vector<std::unique_ptr<ChoiceSink>> sinks_;
   absl::Mutex mu_;
-  std::shared_ptr<GenerateCall> call_;  // set before any callback can run
+  std::vector<std::shared_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(mu_);
+  int unfinished_ ABSL_GUARDED_BY(mu_) = 1;  // choices before OnFinish
   // Serialized GenerateResponses not yet written; the final one last.
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
@@ -626,9 +670,9 @@ grpc::ServerUnaryReactor* InferenceService::Append(
       });
 }
 
-absl::StatusOr<GenerateParams> InferenceService::GenerateParamsFrom(
-    const grpc::CallbackServerContext* context,
-    const grpc::ByteBuffer& bytes) const {
+absl::StatusOr<std::vector<GenerateParams>>
+InferenceService::GenerateParamsFrom(const grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer& bytes) const {
   v1::GenerateRequest request;
   if (absl::Status s = ParseRequest(bytes, &request); !s.ok()) return s;
   absl::StatusOr<Caller> caller = Authenticate(context, request.owner());
@@ -638,10 +682,12 @@ absl::StatusOr<GenerateParams> InferenceService::GenerateParamsFrom(
       return s;
     }
   }
-  absl::StatusOr<GenerateParams> params =
-      FromProto(request, engine_->options().default_max_tokens);
-  if (params.ok()) params->owner = caller->owner;
-  return params;
+  absl::StatusOr<std::vector<GenerateParams>> choices =
+      ChoicesFromProto(request, engine_->options().default_max_tokens);
+  if (choices.ok()) {
+    for (GenerateParams& p : *choices) p.owner = caller->owner;
+  }
+  return choices;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(

@@ -117,8 +117,8 @@ class InferenceService final : public RawInferenceService {
   absl::StatusOr<Caller> Authenticate(
       const grpc::CallbackServerContext* context,
       std::string_view requested_owner) const;
-  // A Generate's parameters from its request bytes.
-  absl::StatusOr<GenerateParams> GenerateParamsFrom(
+  // A Generate's parameters from its request bytes, one per choice.
+  absl::StatusOr<std::vector<GenerateParams>> GenerateParamsFrom(
       const grpc::CallbackServerContext* context,
       const grpc::ByteBuffer& request) const;
 

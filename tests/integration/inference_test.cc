@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
@@ -135,6 +136,59 @@ TEST_F(InferenceTest, SeededSamplingIsReproducible) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(first->ids, second->ids);
   EXPECT_EQ(first->ids.size(), 12u);
+}
+
+// Issue 37 item 3 over gRPC: n choices in one stream, each response naming
+// its choice; choice 0 is the one-choice answer, the set reproducible with
+// the seed; each choice's final counts the prompt its choices share.
+TEST_F(InferenceTest, SeveralChoicesInOneStream) {
+  v1::GenerateRequest request;
+  request.mutable_prompt()->set_text("The little cat");
+  request.set_max_tokens(6);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(1.2f);
+  request.mutable_sampling()->set_seed(77);
+  request.set_n(4);
+  std::vector<std::vector<int32_t>> ids(4);
+  absl::StatusOr<std::vector<v1::GenerateFinal>> finals =
+      client().GenerateChoices(request,
+                               [&](int index, const v1::GeneratedToken& token) {
+                                 ids.at(index).push_back(token.token_id());
+                                 return true;
+                               });
+  ASSERT_TRUE(finals.ok()) << finals.status();
+  ASSERT_EQ(finals->size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ids[i].size(), 6u) << "choice " << i;
+    EXPECT_EQ((*finals)[i].usage().generated_tokens(), 6);
+    EXPECT_EQ((*finals)[i].usage().prompt_tokens(),
+              (*finals)[0].usage().prompt_tokens());
+  }
+  EXPECT_TRUE(ids[1] != ids[0] || ids[2] != ids[0] || ids[3] != ids[0]);
+
+  std::vector<std::vector<int32_t>> again(4);
+  ASSERT_TRUE(client()
+                  .GenerateChoices(request,
+                                   [&](int index, const v1::GeneratedToken& t) {
+                                     again.at(index).push_back(t.token_id());
+                                     return true;
+                                   })
+                  .ok());
+  EXPECT_EQ(again, ids);
+
+  // One choice through Generate; Generate refuses several.
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(client().Generate(request, nullptr).status()));
+  request.set_n(1);
+  absl::StatusOr<Generated> one = GenerateAll(client(), request);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->ids, ids[0]);
+
+  request.set_n(129);
+  absl::StatusOr<std::vector<v1::GenerateFinal>> too_many =
+      client().GenerateChoices(request, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(too_many.status())) << too_many.status();
+  EXPECT_TRUE(absl::StrContains(too_many.status().message(), "n must be in"));
 }
 
 // Turn 1 and turn 2 on a session produce exactly the tokens that one

@@ -318,6 +318,40 @@ TEST_F(KvctlTest, GenerateTakesLogitBiasAndPenalties) {
       << bad.err;
 }
 
+// Issue 37: --n asks for several choices; --json lines carry their index,
+// each choice ends with its own final object; plain text prints them one
+// after another.
+TEST_F(KvctlTest, GenerateTakesSeveralChoices) {
+  CommandResult result =
+      Kvctl({"generate", "--json", "--n=3", "--max_tokens=4", "--ignore_eos",
+             "--temperature=1", "--seed=8", "Once"});
+  ASSERT_EQ(result.status.code, 0) << result.err;
+  std::vector<int> tokens(3, 0), finals(3, 0);
+  for (const std::string& line : Lines(result.out)) {
+    std::optional<Json> json = JsonParser::Parse(line);
+    ASSERT_TRUE(json.has_value() && json->has("index")) << line;
+    const int64_t index = (*json)["index"].integer();
+    ASSERT_TRUE(index >= 0 && index < 3) << line;
+    if (json->has("token_id")) {
+      EXPECT_EQ(finals[index], 0) << "a token after its final: " << line;
+      ++tokens[index];
+    } else {
+      ++finals[index];
+    }
+  }
+  EXPECT_EQ(tokens, (std::vector<int>{4, 4, 4})) << result.out;
+  EXPECT_EQ(finals, (std::vector<int>{1, 1, 1})) << result.out;
+
+  CommandResult text = Kvctl({"generate", "--n=2", "--max_tokens=2", "Once"});
+  ASSERT_EQ(text.status.code, 0) << text.err;
+  EXPECT_TRUE(absl::StrContains(text.out, "--- choice 0 ---\n")) << text.out;
+  EXPECT_TRUE(absl::StrContains(text.out, "--- choice 1 ---\n")) << text.out;
+
+  CommandResult bad = Kvctl({"generate", "--n=129", "Once"});
+  EXPECT_EQ(bad.status.code, 6) << bad.err;  // INVALID_ARGUMENT
+  EXPECT_TRUE(absl::StrContains(bad.err, "n must be in [0, 128]")) << bad.err;
+}
+
 TEST_F(KvctlTest, InfoJsonMatchesTheClient) {
   CommandResult result = Kvctl({"info", "--json"});
   ASSERT_EQ(result.status.code, 0) << result.err;
