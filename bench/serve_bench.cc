@@ -14,10 +14,13 @@
 //   (d) inter-token latency of a decoding session while another session's
 //       4,000-token prompt is prefilled, against the same session idle;
 //       (d') the same on a second server without the engine's prefill
-//       throttling, to show the trade-off (not a target).
+//       throttling, to show the trade-off (not a target);
+//   (e) n = 4 choices of a 1,536-token prompt in one request (one prefill,
+//       the choices forked from it) against one choice alone and against
+//       four concurrent one-choice requests of the same prompt.
 //
 //   serve_bench [--json] [--weight_dtype=bf16|f32] [--kv_dtype=f32|bf16]
-//               [--verbose]
+//               [--verbose] [--only_choices]
 //
 // With --json, one JSON object per case, then the summary as the last line.
 // Tokens are random ids (not text), greedy, with EOS ignored.
@@ -372,6 +375,62 @@ void PrintInterference(const Env& env, const char* label,
             pi.during_p99 / pi.idle_p50, pi.prefill_s / pi.idle_p50));
 }
 
+// (e) Wall time of each way to get kChoices choices of one fresh prompt.
+constexpr int kChoices = 4;
+struct ChoicesResult {
+  double one_s = 0;       // one choice, n = 1
+  double shared_s = 0;    // n = kChoices in one request
+  double separate_s = 0;  // kChoices concurrent n = 1 requests
+  int64_t prompt_tokens = 0;
+  int64_t separate_cached = 0;  // prompt tokens the separate ones reused
+};
+absl::StatusOr<ChoicesResult> RunChoices(Env& env) {
+  constexpr int kPrompt = 1536, kTokens = 32;
+  auto request = [&](int n) {
+    v1::GenerateRequest r;
+    for (int32_t t : env.Tokens(kPrompt)) {
+      r.mutable_prompt()->mutable_tokens()->add_ids(t);
+    }
+    r.set_max_tokens(kTokens);
+    r.set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_seed(7);
+    r.set_n(n);
+    return r;
+  };
+  ChoicesResult out;
+  double start = Now();
+  absl::StatusOr<v1::GenerateFinal> one =
+      env.client->Generate(request(1), nullptr, kCallOptions);
+  if (!one.ok()) return one.status();
+  out.one_s = Now() - start;
+  out.prompt_tokens = one->usage().prompt_tokens();
+
+  start = Now();
+  absl::StatusOr<std::vector<v1::GenerateFinal>> shared =
+      env.client->GenerateChoices(request(kChoices), nullptr, kCallOptions);
+  if (!shared.ok()) return shared.status();
+  out.shared_s = Now() - start;
+
+  const v1::GenerateRequest each = request(1);
+  std::vector<absl::StatusOr<v1::GenerateFinal>> finals(
+      kChoices, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  start = Now();
+  for (int i = 0; i < kChoices; ++i) {
+    threads.emplace_back([&, i] {
+      finals[i] = env.client->Generate(each, nullptr, kCallOptions);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  out.separate_s = Now() - start;
+  for (const auto& f : finals) {
+    if (!f.ok()) return f.status();
+    out.separate_cached += f->usage().cached_prompt_tokens();
+  }
+  return out;
+}
+
 int Main(int argc, char** argv) {
   Env env;
   env.json = bench::HasFlag(argc, argv, "--json");
@@ -424,6 +483,36 @@ int Main(int argc, char** argv) {
   bench::JsonLine summary;
   summary.Add("kind", "summary");
   summary.Add("isa", info->isa());
+  // (e) first: --only_choices runs it alone.
+  absl::StatusOr<ChoicesResult> choices = RunChoices(env);
+  if (!choices.ok()) return fail(choices.status());
+  Print(env,
+        bench::JsonLine()
+            .Add("kind", "choices")
+            .Add("n", kChoices)
+            .Add("prompt_tokens", choices->prompt_tokens)
+            .Add("one_choice_seconds", choices->one_s)
+            .Add("shared_seconds", choices->shared_s)
+            .Add("separate_seconds", choices->separate_s)
+            .Add("separate_cached_prompt_tokens", choices->separate_cached),
+        absl::StrFormat(
+            "(e) %d choices of a %lld-token prompt, 32 tokens each: n=%d in "
+            "one request %6.2f s = %4.2fx one choice (%6.2f s); %d "
+            "concurrent requests %6.2f s = %4.2fx n=%d (%lld prompt tokens "
+            "of theirs cached)\n",
+            kChoices, static_cast<long long>(choices->prompt_tokens), kChoices,
+            choices->shared_s, choices->shared_s / choices->one_s,
+            choices->one_s, kChoices, choices->separate_s,
+            choices->separate_s / choices->shared_s, kChoices,
+            static_cast<long long>(choices->separate_cached)));
+  summary.Add("choices_shared_over_one", choices->shared_s / choices->one_s);
+  summary.Add("choices_separate_over_shared",
+              choices->separate_s / choices->shared_s);
+  if (bench::HasFlag(argc, argv, "--only_choices")) {
+    (*server)->Stop();
+    if (env.json) std::printf("%s\n", summary.str().c_str());
+    return 0;
+  }
   // (a)
   absl::StatusOr<SingleResult> single = RunSingle(env, probe);
   if (!single.ok()) return fail(single.status());
