@@ -57,6 +57,22 @@ class CollectingSink : public TokenSink {
   std::future<absl::StatusOr<GenerateResult>> future_ = done_.get_future();
 };
 
+// An EngineObserver that ignores everything; tests override what they count.
+class NullObserver : public EngineObserver {
+ public:
+  void OnStep(int64_t, int64_t, double) override {}
+  void OnQueueWait(double) override {}
+  void OnFirstToken(double) override {}
+  void OnInterToken(double) override {}
+  void OnPrompt(int64_t, int64_t) override {}
+  void OnGenerated(int64_t) override {}
+  void OnEviction(std::string_view) override {}
+  void OnPreemption() override {}
+  void OnSessionLogRecovered() override {}
+  void OnStats(const EngineStats&) override {}
+  void OnWarning(std::string_view) override {}
+};
+
 // Forwards every call to `base`; fakes override what they change.
 class ForwardingTokenizer : public Tokenizer {
  public:

@@ -20,24 +20,16 @@ using ::testing::HasSubstr;
 using testing::Waiter;
 
 // Counts the positions every forward pass computed, and the prompts.
-class StepObserver : public EngineObserver {
+class StepObserver : public testing::NullObserver {
  public:
   void OnStep(int64_t tokens, int64_t, double) override {
     step_tokens += tokens;
   }
-  void OnQueueWait(double) override {}
-  void OnFirstToken(double) override {}
-  void OnInterToken(double) override {}
   void OnPrompt(int64_t prompt, int64_t cached) override {
     prompt_tokens += prompt;
     cached_tokens += cached;
   }
   void OnGenerated(int64_t n) override { generated += n; }
-  void OnEviction(std::string_view) override {}
-  void OnPreemption() override {}
-  void OnSessionLogRecovered() override {}
-  void OnStats(const EngineStats&) override {}
-  void OnWarning(std::string_view) override {}
 
   // Written on the engine thread, read once the calls finished.
   std::atomic<int64_t> step_tokens{0}, prompt_tokens{0}, cached_tokens{0},

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/builtin_model.h"
+#include "tests/testing/engine_waiters.h"
 
 namespace kvserve {
 namespace {
@@ -31,24 +32,16 @@ class NullSink : public TokenSink {
   void OnFinish(absl::StatusOr<GenerateResult>) override {}
 };
 
-class CountingObserver : public EngineObserver {
+class CountingObserver : public testing::NullObserver {
  public:
-  void OnStep(int64_t, int64_t, double) override {}
-  void OnQueueWait(double) override {}
-  void OnFirstToken(double) override {}
-  void OnInterToken(double) override {}
   void OnPrompt(int64_t prompt, int64_t cached) override {
     prompt_tokens += prompt;
     cached_tokens += cached;
   }
-  void OnGenerated(int64_t) override {}
   void OnEviction(std::string_view reason) override {
     evictions.push_back(std::string(reason));
   }
   void OnPreemption() override { ++preemptions; }
-  void OnSessionLogRecovered() override {}
-  void OnStats(const EngineStats&) override {}
-  void OnWarning(std::string_view) override {}
 
   int64_t prompt_tokens = 0, cached_tokens = 0;
   int preemptions = 0;
