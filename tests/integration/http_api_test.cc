@@ -395,11 +395,13 @@ TEST_F(HttpApiTest, NChoicesShareOnePrefill) {
   EXPECT_EQ(usage["total_tokens"], p + 4 * 6);
   EXPECT_EQ(Scrape(server().metrics_port(), "kvserve_prompt_tokens_total") -
                 prompts_before,
-            p);
+            p)
+      << "prompt tokens before: " << prompts_before << "; " << four.body;
   // The prompt once (less what was cached), then 5 fed-back tokens per
   // choice; four prefills would be about 4 p.
   const int cached = usage["prompt_tokens_details"]["cached_tokens"];
-  EXPECT_EQ(positions, p - cached + 4 * 5) << four.body;
+  EXPECT_EQ(positions, p - cached + 4 * 5)
+      << "positions before: " << positions_before << "; " << four.body;
 
   ASSERT_EQ(four.json["choices"].size(), 4u);
   std::vector<std::string> texts;
