@@ -1,0 +1,116 @@
+#include "core/constrain/grammar_automaton.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvserve::constrain {
+
+using Kind = Grammar::Element::Kind;
+
+GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
+                                   const AutomatonLimits& limits)
+    : grammar_(std::move(grammar)), limits_(limits) {
+  std::vector<int32_t> stacks;
+  bool accept = false;
+  for (uint32_t alt : grammar_->alternatives[grammar_->root]) {
+    Expand(alt, kNoParent, stacks, accept);
+  }
+  start_ = InternState(std::move(stacks), accept);
+}
+
+int32_t GrammarAutomaton::InternStack(uint32_t pos, int32_t parent) {
+  const uint64_t key =
+      (uint64_t{pos} << 32) | static_cast<uint32_t>(parent + 1);
+  auto [it, added] = stack_ids_.try_emplace(key, stacks_.size());
+  if (added) {
+    if (static_cast<int64_t>(stacks_.size()) >= limits_.max_stacks) {
+      overflow_ = true;
+    }
+    stacks_.push_back(Stack{pos, parent});
+  }
+  return it->second;
+}
+
+void GrammarAutomaton::Expand(uint32_t pos, int32_t parent,
+                              std::vector<int32_t>& out, bool& accept) {
+  const Grammar& g = *grammar_;
+  // Finished alternatives return to the stack below, whose position is
+  // already past the rule reference.
+  while (g.elements[pos].kind == Kind::kEnd) {
+    if (parent == kNoParent) {
+      accept = true;
+      return;
+    }
+    pos = stacks_[parent].pos;
+    parent = stacks_[parent].parent;
+  }
+  const Grammar::Element& e = g.elements[pos];
+  if (e.kind == Kind::kBytes) {
+    out.push_back(InternStack(pos, parent));
+    return;
+  }
+  // A rule reference: each alternative on top of the continuation. No
+  // rule reaches itself this way (the grammar is not left-recursive). A
+  // reference that ends its alternative continues where the alternative
+  // would return to (a tail call), so that repetition (`x*` is
+  // `r ::= x r | ""`) does not grow the stack.
+  const int32_t continuation = g.elements[pos + 1].kind == Kind::kEnd
+                                   ? parent
+                                   : InternStack(pos + 1, parent);
+  for (uint32_t alt : g.alternatives[e.index]) {
+    Expand(alt, continuation, out, accept);
+  }
+}
+
+int32_t GrammarAutomaton::InternState(std::vector<int32_t> stacks,
+                                      bool accept) {
+  if (overflow_) return kOverflow;
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+  if (stacks.empty() && !accept) return kDead;
+  // The key: the stacks, then 1 when accepting.
+  std::vector<int32_t> key = stacks;
+  key.push_back(accept ? 1 : 0);
+  auto [it, added] = state_ids_.try_emplace(std::move(key), states_.size());
+  if (added) {
+    if (static_cast<int64_t>(states_.size()) >= limits_.max_states) {
+      overflow_ = true;
+      return kOverflow;
+    }
+    State s;
+    s.stacks = std::move(stacks);
+    s.accept = accept;
+    s.next.reset(new int32_t[256]);
+    std::fill_n(s.next.get(), 256, kUnknown);
+    states_.push_back(std::move(s));
+  }
+  return it->second;
+}
+
+int32_t GrammarAutomaton::Next(int32_t state, uint8_t byte) {
+  int32_t& next = states_[state].next[byte];
+  if (next != kUnknown) return next;
+  const Grammar& g = *grammar_;
+  std::vector<int32_t> stacks;
+  bool accept = false;
+  // states_ may grow below: copy the stacks walked.
+  const std::vector<int32_t> from = states_[state].stacks;
+  for (int32_t id : from) {
+    const Stack s = stacks_[id];
+    if (!g.byte_sets[g.elements[s.pos].index].Has(byte)) continue;
+    Expand(s.pos + 1, s.parent, stacks, accept);
+  }
+  const int32_t to = InternState(std::move(stacks), accept);
+  states_[state].next[byte] = to;
+  return to;
+}
+
+int32_t GrammarAutomaton::Walk(int32_t state, std::string_view bytes) {
+  for (char c : bytes) {
+    if (state < 0) return state;
+    state = Next(state, static_cast<uint8_t>(c));
+  }
+  return state;
+}
+
+}  // namespace kvserve::constrain
