@@ -28,15 +28,6 @@ namespace {
 
 constexpr int kVocab = 102400;
 
-// Parameters of the 1B shape, and their bytes at Q4_K_M's 4.84 bits each.
-double StepFloorBytes() {
-  const double dim = 2048, kv_dim = 512, ffn = 8192, layers = 16;
-  const double per_layer =
-      dim * dim * 2 + dim * kv_dim * 2 + dim * ffn * 3;  // q, o, k, v, ffn
-  const double params = layers * per_layer + 2 * dim * kVocab;
-  return params * 4.84 / 8;
-}
-
 int Main(int argc, char** argv) {
   const bool json = bench::HasFlag(argc, argv, "--json");
   std::mt19937 rng(1);
@@ -58,12 +49,12 @@ int Main(int argc, char** argv) {
   }
   bench::BandwidthProbe probe;
   const double gbps = probe.MeasureGbps();
-  const double floor_s = StepFloorBytes() / (gbps * 1e9);
+  const double floor_s = bench::OneBQ4KMStepBytes(kVocab) / (gbps * 1e9);
   if (!json) {
     std::printf(
         "read bandwidth %.1f GB/s; 1B Q4_K_M decode step floor %.2f "
         "ms (%.0f MB)\n",
-        gbps, floor_s * 1e3, StepFloorBytes() / 1e6);
+        gbps, floor_s * 1e3, bench::OneBQ4KMStepBytes(kVocab) / 1e6);
     std::printf("%-34s %12s %14s\n", "per step", "us", "of the floor");
   }
   auto print = [&](const char* name, double seconds) {

@@ -131,6 +131,14 @@ JsonLine& JsonLine::Add(std::string_view key, double value) {
   return *this;
 }
 
+double OneBQ4KMStepBytes(int64_t vocab) {
+  const double dim = 2048, kv_dim = 512, ffn = 8192, layers = 16;
+  const double per_layer =
+      dim * dim * 2 + dim * kv_dim * 2 + dim * ffn * 3;  // q, o, k, v, ffn
+  const double params = layers * per_layer + 2 * dim * vocab;
+  return params * 4.84 / 8;
+}
+
 bool HasFlag(int argc, char** argv, std::string_view flag) {
   for (int i = 1; i < argc; ++i) {
     if (flag == argv[i]) return true;

@@ -62,6 +62,11 @@ class JsonLine {
   std::string body_;
 };
 
+// The weight bytes of a decode step at the 1B shape (16 layers, dim 2048,
+// 32 / 8 heads, ffn 8192, `vocab` tokens) in Q4_K_M (4.84 bits per weight
+// with its scales): over the read bandwidth, the floor of a step's time.
+double OneBQ4KMStepBytes(int64_t vocab);
+
 // True when `flag` (e.g. "--json") is among argv.
 bool HasFlag(int argc, char** argv, std::string_view flag);
 // The integer value of `--name=value` in argv, or `fallback`.

@@ -50,6 +50,15 @@ class GrammarAutomaton {
   // The state after `byte` in `state`: kDead or kOverflow when none.
   // REQUIRES: state >= 0.
   int32_t Next(int32_t state, uint8_t byte);
+  // The state's transitions as computed so far: entry b is Next(state, b)
+  // once that was asked, else kUnknown. Valid until the next call that
+  // adds a state (Next). For walks that look up many transitions
+  // (TokenTrie::Allowed). REQUIRES: state >= 0.
+  const int32_t* Transitions(int32_t state) const {
+    return states_[state].next.get();
+  }
+  static constexpr int32_t kUnknown = -3;
+
   // The state after `bytes` (kDead or kOverflow as soon as one is).
   int32_t Walk(int32_t state, std::string_view bytes);
   // The text so far is a whole sentence of the grammar.
@@ -71,7 +80,6 @@ class GrammarAutomaton {
     bool accept = false;              // an empty stack is among them
     std::unique_ptr<int32_t[]> next;  // 256 transitions; kUnknown: not yet
   };
-  static constexpr int32_t kUnknown = -3;
 
   int32_t InternStack(uint32_t pos, int32_t parent);
   // Adds the expansions of the stack (pos, parent) to `out`: through rule

@@ -58,19 +58,28 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes)
 bool TokenTrie::Allowed(GrammarAutomaton& automaton, int32_t state,
                         std::vector<uint64_t>& mask) const {
   mask.assign((vocab_size_ + 63) / 64, 0);
-  // states[d]: the automaton's state after the first d bytes of the path.
+  // states[d]: the automaton's state after the first d bytes of the path;
+  // moves[d] its transitions (the array outlives new states: each state
+  // owns its own).
   std::vector<int32_t> states(max_depth_ + 1);
+  std::vector<const int32_t*> moves(max_depth_ + 1);
   states[0] = state;
+  moves[0] = automaton.Transitions(state);
   bool overflow = false;
-  for (int32_t i = 0; i < static_cast<int32_t>(nodes_.size());) {
+  const int32_t n_nodes = static_cast<int32_t>(nodes_.size());
+  for (int32_t i = 0; i < n_nodes;) {
     const Node& n = nodes_[i];
-    const int32_t next = automaton.Next(states[n.depth - 1], n.byte);
+    int32_t next = moves[n.depth - 1][n.byte];
+    if (next == GrammarAutomaton::kUnknown) {
+      next = automaton.Next(states[n.depth - 1], n.byte);
+    }
     if (next < 0) {
       overflow |= next == GrammarAutomaton::kOverflow;
       i = n.end;
       continue;
     }
     states[n.depth] = next;
+    moves[n.depth] = automaton.Transitions(next);
     for (int32_t t = 0; t < n.num_tokens; ++t) {
       const int32_t id = tokens_[n.first_token + t];
       mask[id >> 6] |= uint64_t{1} << (id & 63);

@@ -1,0 +1,186 @@
+// constrain_bench: what a grammar's token mask costs per decode step on a
+// 102,400-token vocabulary, against the step itself.
+//
+//   constrain_bench [--json]
+//
+// The vocabulary is DeepSeek LLM's (SharedDir()/vocab), as byte strings in
+// a TokenTrie (built once per model, timed). The grammar is RFC 8259 JSON in
+// GBNF (compile time printed). A JSON document of a few hundred tokens,
+// tokenized with the same vocabulary, is decoded as a model would emit it:
+// before each token the mask of the current state is computed (and must
+// allow that token), then the automaton takes its bytes. The walk runs on a
+// fresh automaton (cold: every state and transition is new) and again on
+// the same one (warm: transitions are cached, the masks are not). Each is
+// compared with the floor of a decode step at the 1B shape with this
+// vocabulary (Q4_K_M weight bytes over this machine's read bandwidth,
+// measured in the same run); the issue's goal is 5% of a step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/util/bench_util.h"
+#include "bench/util/serve_util.h"
+#include "core/constrain/grammar.h"
+#include "core/constrain/grammar_automaton.h"
+#include "core/constrain/token_trie.h"
+#include "core/model/gguf.h"
+#include "core/model/gguf_vocab.h"
+#include "core/tokenizer/tokenizer_factory.h"
+
+namespace kvserve {
+namespace {
+
+constexpr char kJsonGbnf[] = R"(
+root    ::= ws value ws
+value   ::= object | array | string | number | "true" | "false" | "null"
+object  ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
+member  ::= string ws ":" ws value
+array   ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
+string  ::= "\"" char* "\""
+char    ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" hex{4} )
+hex     ::= [0-9a-fA-F]
+number  ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [+-]? [0-9]+ )?
+ws      ::= [ \t\n\r]*
+)";
+
+constexpr char kDocument[] = R"({
+  "name": "Ada Lovelace",
+  "born": 1815,
+  "languages": ["English", "French", "Fran\u00e7ais"],
+  "notes": "Wrote the first published algorithm for Babbage's Analytical Engine; \"poetical science\".",
+  "children": [
+    {"name": "Byron", "born": 1836, "alive": false},
+    {"name": "Annabella", "born": 1837, "alive": false},
+    {"name": "Ralph", "born": 1839, "alive": false}
+  ],
+  "scores": [0.5, -1.25e3, 42, 3.14159],
+  "address": {"city": "London", "street": "St James's Square", "number": 12},
+  "tags": ["mathematics", "computing", "poetry", "Zürich", "東京"],
+  "metadata": null
+})";
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+struct WalkTimes {
+  std::vector<double> mask_s;  // per token
+  bool ok = true;
+};
+
+WalkTimes Walk(constrain::GrammarAutomaton& automaton,
+               const constrain::TokenTrie& trie,
+               const std::vector<int32_t>& tokens,
+               const std::vector<std::string>& bytes) {
+  WalkTimes out;
+  std::vector<uint64_t> mask;
+  int32_t state = automaton.start();
+  for (int32_t id : tokens) {
+    const auto start = std::chrono::steady_clock::now();
+    trie.Allowed(automaton, state, mask);
+    out.mask_s.push_back(Seconds(std::chrono::steady_clock::now() - start));
+    if (!((mask[id >> 6] >> (id & 63)) & 1)) {
+      std::fprintf(stderr, "constrain_bench: token %d (\"%s\") not allowed\n",
+                   id, bytes[id].c_str());
+      out.ok = false;
+      return out;
+    }
+    state = automaton.Walk(state, bytes[id]);
+  }
+  out.ok = state >= 0 && automaton.CanEnd(state);
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  const bool json = bench::HasFlag(argc, argv, "--json");
+  const std::string path =
+      std::string(KVSERVE_SHARED_DIR) + "/vocab/ggml-vocab-deepseek-llm.gguf";
+  absl::StatusOr<GgufFile> g = GgufFile::Open(path);
+  absl::StatusOr<Vocab> v =
+      g.ok() ? VocabFromGguf(*g) : absl::StatusOr<Vocab>(g.status());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      v.ok() ? CreateTokenizer(*v)
+             : absl::StatusOr<std::unique_ptr<Tokenizer>>(v.status());
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "constrain_bench: %s\n",
+                 tokenizer.status().ToString().c_str());
+    return 1;
+  }
+  const Tokenizer& tok = **tokenizer;
+  std::vector<std::string> bytes;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    bytes.push_back(tok.IsEndOfGeneration(id) ? "" : tok.DecodeToken(-1, id));
+  }
+  auto start = std::chrono::steady_clock::now();
+  const constrain::TokenTrie trie(bytes);
+  const double trie_s = Seconds(std::chrono::steady_clock::now() - start);
+
+  start = std::chrono::steady_clock::now();
+  absl::StatusOr<constrain::Grammar> grammar = constrain::ParseGbnf(kJsonGbnf);
+  const double compile_s = Seconds(std::chrono::steady_clock::now() - start);
+  if (!grammar.ok()) {
+    std::fprintf(stderr, "constrain_bench: %s\n",
+                 grammar.status().ToString().c_str());
+    return 1;
+  }
+  auto shared = std::make_shared<const constrain::Grammar>(*std::move(grammar));
+  const std::vector<int32_t> tokens = tok.Encode(kDocument, {.add_bos = false});
+
+  bench::BandwidthProbe probe;
+  const double gbps = probe.MeasureGbps();
+  const double floor_s =
+      bench::OneBQ4KMStepBytes(tok.vocab_size()) / (gbps * 1e9);
+  constrain::GrammarAutomaton automaton(shared);
+  const WalkTimes cold = Walk(automaton, trie, tokens, bytes);
+  const WalkTimes warm = Walk(automaton, trie, tokens, bytes);
+  if (!cold.ok || !warm.ok) return 1;
+
+  if (!json) {
+    std::printf(
+        "vocabulary %d tokens (%lld trie nodes, built in %.0f ms); JSON "
+        "grammar compiled in %.2f ms; a %zu-token document; read bandwidth "
+        "%.1f GB/s, 1B Q4_K_M decode step floor %.2f ms\n",
+        tok.vocab_size(), static_cast<long long>(trie.num_nodes()),
+        trie_s * 1e3, compile_s * 1e3, tokens.size(), gbps, floor_s * 1e3);
+    std::printf("%-22s %10s %10s %10s %10s %14s\n", "mask per token", "p50 us",
+                "p90 us", "max us", "mean us", "mean / floor");
+  }
+  for (const auto& [name, w] :
+       {std::pair<const char*, const WalkTimes*>{"cold automaton", &cold},
+        {"warm automaton", &warm}}) {
+    std::vector<double> t = w->mask_s;
+    double sum = 0;
+    for (double x : t) sum += x;
+    const double mean = sum / t.size();
+    const double p50 = bench::Quantile(t, 0.5), p90 = bench::Quantile(t, 0.9);
+    const double max = *std::max_element(t.begin(), t.end());
+    if (json) {
+      std::printf("%s\n", bench::JsonLine()
+                              .Add("case", name)
+                              .Add("tokens", static_cast<int64_t>(t.size()))
+                              .Add("p50_s", p50)
+                              .Add("p90_s", p90)
+                              .Add("max_s", max)
+                              .Add("mean_s", mean)
+                              .Add("decode_floor_s", floor_s)
+                              .Add("mean_over_floor", mean / floor_s)
+                              .Add("compile_s", compile_s)
+                              .Add("trie_s", trie_s)
+                              .str()
+                              .c_str());
+    } else {
+      std::printf("%-22s %10.1f %10.1f %10.1f %10.1f %13.2f%%\n", name,
+                  p50 * 1e6, p90 * 1e6, max * 1e6, mean * 1e6,
+                  100 * mean / floor_s);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) { return kvserve::Main(argc, argv); }
