@@ -277,7 +277,8 @@ void Engine::Continue(std::shared_ptr<GenerateCall> call,
   session->tokens.insert(session->tokens.end(), input.begin(), input.end());
   session->busy = true;
   session->last_used = absl::Now();
-  auto seq = std::make_unique<Sequence>(std::move(call), session, submitted);
+  auto seq = std::make_unique<Sequence>(std::move(call), session, submitted,
+                                        constraint_vocab_);
   seq->history_before = keep;
   seq->replaced = std::move(replaced);
   seq->messages_before = messages_before;
@@ -305,8 +306,10 @@ void Engine::Step() {
       Sequence& seq = *plan.seqs[i];
       absl::Span<const float> r = logits->subspan(row++ * vocab, vocab);
       if (!seq.call->choices().empty()) ForkChoices(seq, r);
-      if (std::optional<FinishReason> end =
-              EmitToken(seq, seq.sampler.Sample(r), r)) {
+      absl::StatusOr<int32_t> token = seq.Sample(r);
+      if (!token.ok()) {
+        seq.outcome = token.status();
+      } else if (std::optional<FinishReason> end = EmitToken(seq, *token, r)) {
         seq.outcome = *end;
       }
     }
@@ -350,7 +353,7 @@ std::optional<FinishReason> Engine::EmitToken(Sequence& seq, int32_t token,
   seq.call->sink()->OnToken(std::move(out));
 
   if (eos) return FinishReason::kEos;
-  if (stopped) return FinishReason::kStop;
+  if (stopped || seq.Complete()) return FinishReason::kStop;
   if (seq.usage.generated_tokens >= p.max_tokens) return FinishReason::kLength;
   if (static_cast<int64_t>(s.tokens.size()) >= max_context_) {
     return FinishReason::kContextFull;

@@ -21,15 +21,21 @@ void Engine::ForkChoices(Sequence& first, absl::Span<const float> logits) {
     s->busy = true;
     s->tokens = from.tokens;
     s->kv = from.kv.Fork();
-    auto seq = std::make_unique<Sequence>(std::move(call), s, first.submitted);
+    auto seq = std::make_unique<Sequence>(std::move(call), s, first.submitted,
+                                          constraint_vocab_);
     // Admitted with the first: its prompt is the first's, computed once.
     seq->started = true;
     seq->admitted = first.admitted;
     seq->usage.prompt_tokens = first.usage.prompt_tokens;
     seq->usage.cached_prompt_tokens = first.usage.cached_prompt_tokens;
-    if (std::optional<FinishReason> end =
-            EmitToken(*seq, seq->sampler.Sample(logits), logits)) {
+    absl::StatusOr<int32_t> token = seq->Sample(logits);
+    if (!token.ok()) {
+      seq->outcome = token.status();
+    } else if (std::optional<FinishReason> end =
+                   EmitToken(*seq, *token, logits)) {
       seq->outcome = *end;
+    }
+    if (seq->finished()) {
       Finish(std::move(seq));
       continue;
     }

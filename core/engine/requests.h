@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/chat/chat_template.h"
+#include "core/constrain/grammar.h"
 #include "core/sampling/sampler.h"
 
 namespace kvserve {
@@ -109,6 +110,11 @@ struct GenerateParams {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; else 0..20 alternatives
+  // Constrained decoding: every token drawn keeps the output a prefix of a
+  // sentence of this grammar, the end of generation comes only where it
+  // may end, and a complete sentence that nothing may extend ends the
+  // turn (kStop). Null: unconstrained.
+  std::shared_ptr<const constrain::Grammar> grammar;
 };
 
 // OpenAI's `n`: at most this many choices of one prompt.

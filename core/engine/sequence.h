@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/constrain/constraint.h"
 #include "core/engine/requests.h"
 #include "core/sampling/sampler.h"
 #include "core/session/session_store.h"
@@ -20,8 +21,10 @@
 namespace kvserve {
 
 struct Sequence {
-  // REQUIRES: session->tokens already hold the turn's input.
-  Sequence(std::shared_ptr<GenerateCall> c, Session* s, absl::Time t)
+  // REQUIRES: session->tokens already hold the turn's input; `vocab` is
+  // the model's (for a call with a grammar).
+  Sequence(std::shared_ptr<GenerateCall> c, Session* s, absl::Time t,
+           const std::shared_ptr<const constrain::ConstraintVocabulary>& vocab)
       : call(std::move(c)),
         session(s),
         sampler(call->params().sampling),
@@ -29,6 +32,26 @@ struct Sequence {
         submitted(t) {
     if (!s->tokens.empty()) prev_token = s->tokens.back();
     sampler.AddContext(s->tokens);
+    if (call->params().grammar != nullptr) {
+      constraint = std::make_unique<constrain::Constraint>(
+          call->params().grammar, vocab);
+    }
+  }
+
+  // The next token from the step's logits: drawn by the sampler, among
+  // the tokens the grammar allows when there is one (which takes it).
+  absl::StatusOr<int32_t> Sample(absl::Span<const float> logits) {
+    if (constraint == nullptr) return sampler.Sample(logits);
+    absl::StatusOr<const std::vector<uint64_t>*> allowed =
+        constraint->Allowed();
+    if (!allowed.ok()) return allowed.status();
+    const int32_t token = sampler.Sample(logits, *allowed);
+    if (absl::Status s = constraint->Accept(token); !s.ok()) return s;
+    return token;
+  }
+  // A grammar's sentence is complete and nothing may follow it.
+  bool Complete() const {
+    return constraint != nullptr && constraint->Complete();
   }
 
   const GenerateParams& params() const { return call->params(); }
@@ -42,6 +65,7 @@ struct Sequence {
   std::shared_ptr<GenerateCall> call;
   Session* session;  // null once finished and handed back
   Sampler sampler;
+  std::unique_ptr<constrain::Constraint> constraint;  // null: none
   Utf8StreamDecoder utf8;
   StopMatcher stop;
   absl::Time submitted, admitted, first_token, last_token;

@@ -99,14 +99,41 @@ Sampler::Sampler(const SamplingOptions& options)
   KVSERVE_CHECK(ValidateSamplingOptions(options).ok());
 }
 
-int32_t Sampler::Sample(absl::Span<const float> logits) {
+int32_t Sampler::Sample(absl::Span<const float> logits,
+                        const std::vector<uint64_t>* allowed) {
   KVSERVE_CHECK(!logits.empty());
-  if (penalties_.active()) {
+  auto is_allowed = [allowed](size_t id) {
+    return allowed == nullptr || ((*allowed)[id >> 6] >> (id & 63)) & 1;
+  };
+  if (penalties_.active() || allowed != nullptr) {
     adjusted_.assign(logits.begin(), logits.end());
-    penalties_.Apply(absl::MakeSpan(adjusted_));
+    if (penalties_.active()) penalties_.Apply(absl::MakeSpan(adjusted_));
+    if (allowed != nullptr) {
+      KVSERVE_CHECK(allowed->size() * 64 >= logits.size());
+      for (size_t w = 0; w < allowed->size(); ++w) {
+        const uint64_t word = (*allowed)[w];
+        if (word == ~uint64_t{0}) continue;
+        const size_t end = std::min(logits.size(), (w + 1) * 64);
+        for (size_t id = w * 64; id < end; ++id) {
+          if (!((word >> (id & 63)) & 1)) {
+            adjusted_[id] = -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
+    }
     logits = adjusted_;
   }
-  const int32_t token = Draw(logits);
+  int32_t token = Draw(logits);
+  // Every allowed logit -inf or NaN: the draw's fallback may be outside
+  // the mask; the first allowed token is taken instead.
+  if (!is_allowed(token)) {
+    for (size_t id = 0; id < logits.size(); ++id) {
+      if (is_allowed(id)) {
+        token = static_cast<int32_t>(id);
+        break;
+      }
+    }
+  }
   penalties_.AddGenerated(token);
   return token;
 }

@@ -62,7 +62,12 @@ class Sampler {
   }
 
   // REQUIRES: !logits.empty(); the ids the penalties name are in range.
-  int32_t Sample(absl::Span<const float> logits);
+  // `allowed` (constrained decoding; null: every token): a bit per token,
+  // logits.size() bits in 64-bit words with at least one set; the token
+  // drawn is one of them (the draw runs on the allowed tokens alone, so
+  // top_k, top_p and min_p rank among them).
+  int32_t Sample(absl::Span<const float> logits,
+                 const std::vector<uint64_t>* allowed = nullptr);
 
   const SamplingOptions& options() const { return options_; }
 

@@ -100,7 +100,8 @@ class SchedulerTest : public ::testing::Test {
     ++queued_;
     call->HoldQueuePlace(
         std::shared_ptr<void>(nullptr, [this](void*) { --queued_; }));
-    auto seq = std::make_unique<Sequence>(std::move(call), s, absl::Now());
+    auto seq =
+        std::make_unique<Sequence>(std::move(call), s, absl::Now(), nullptr);
     Sequence* raw = seq.get();
     scheduler_->Enqueue(std::move(seq));
     return raw;

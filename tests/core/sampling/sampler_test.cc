@@ -184,6 +184,41 @@ TEST(SamplerTest, TopPRestrictsSupportAndRenormalises) {
   ExpectSamplesMatch(options, kLogits, expected, 200000);
 }
 
+// A mask (constrained decoding) restricts the draw to its tokens: the
+// distribution is the reference over the allowed logits alone, top_k ranks
+// among them, greedy takes the best allowed, and when every allowed logit
+// is -inf the first allowed token is taken, never another.
+TEST(SamplerTest, AMaskRestrictsTheDrawToItsTokens) {
+  // Allowed: 0, 2, 4, 6 (the best token, 3, is not).
+  const std::vector<uint64_t> mask = {0b01010101};
+  std::vector<float> allowed_logits;
+  for (int id : {0, 2, 4, 6}) allowed_logits.push_back(kLogits[id]);
+  std::map<int32_t, double> expected;
+  for (const auto& [i, p] :
+       ReferenceDistribution(allowed_logits, 0.9, /*top_k=*/3, 0.0)) {
+    expected[2 * i] = p;
+  }
+  Sampler sampler({.temperature = 0.9f, .top_k = 3, .seed = 3});
+  std::map<int32_t, int> counts;
+  constexpr int kN = 100000;
+  for (int i = 0; i < kN; ++i) ++counts[sampler.Sample(kLogits, &mask)];
+  for (const auto& [id, count] : counts) {
+    EXPECT_TRUE(expected.count(id)) << "id " << id << " outside the mask";
+  }
+  for (const auto& [id, p] : expected) {
+    const double freq = static_cast<double>(counts[id]) / kN;
+    EXPECT_NEAR(freq, p, 5.0 * std::sqrt(p * (1.0 - p) / kN) + 1e-3);
+  }
+  Sampler greedy({});
+  EXPECT_EQ(greedy.Sample(kLogits, &mask), 0);  // 1.0 is the best allowed
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> none = {3.0f, -inf, 2.0f, -inf};
+  const std::vector<uint64_t> only_odd = {0b1010};
+  EXPECT_EQ(greedy.Sample(none, &only_odd), 1);
+  Sampler warm({.temperature = 1.0f, .seed = 1});
+  EXPECT_EQ(warm.Sample(none, &only_odd), 1);
+}
+
 // min_p keeps the tokens whose probability before temperature is at least
 // min_p times the largest: exp(logit - max) >= min_p.
 TEST(SamplerTest, MinPKeepsTokensAsLikelyAsAFractionOfTheFirst) {

@@ -1,0 +1,141 @@
+// Constrained decoding through the engine on the built-in model: whatever
+// the sampler's seed, the output is a sentence of the grammar (or a prefix
+// of one when max_tokens cut it), it ends where the grammar is complete,
+// and choices each keep their own grammar state.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/constrain/grammar_automaton.h"
+#include "core/constrain/json_grammar.h"
+#include "core/engine/engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/builtin_model.h"
+#include "tests/testing/engine_waiters.h"
+
+namespace kvserve {
+namespace {
+
+using testing::CollectingSink;
+
+std::shared_ptr<const constrain::Grammar> Compile(std::string_view gbnf) {
+  absl::StatusOr<constrain::Grammar> g = constrain::ParseGbnf(gbnf);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::make_shared<const constrain::Grammar>(*std::move(g))
+                : nullptr;
+}
+
+class EngineConstrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto engine = Engine::Create({}, loaded_->weights.get(),
+                                 loaded_->tokenizer.get(), nullptr);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+  }
+
+  struct Output {
+    std::string text;
+    absl::StatusOr<GenerateResult> result;
+  };
+  std::vector<Output> Generate(std::shared_ptr<const constrain::Grammar> g,
+                               uint64_t seed, int max_tokens, int n = 1) {
+    GenerateParams p;
+    p.prompt = std::string("Once upon a time");
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 1.0f;
+    p.sampling.seed = seed;
+    p.grammar = std::move(g);
+    std::vector<std::unique_ptr<CollectingSink>> sinks;
+    std::vector<std::shared_ptr<GenerateCall>> calls;
+    for (int i = 0; i < n; ++i) {
+      sinks.push_back(std::make_unique<CollectingSink>());
+      calls.push_back(std::make_shared<GenerateCall>(ChoiceParams(p, i),
+                                                     sinks.back().get()));
+      if (i > 0) calls[0]->AddChoice(calls[i]);
+    }
+    engine_->Submit(calls[0]);
+    std::vector<Output> out;
+    for (auto& sink : sinks) {
+      absl::StatusOr<GenerateResult> r = sink->Wait();
+      out.push_back({sink->text(), std::move(r)});
+    }
+    return out;
+  }
+
+  const LoadedModel* const loaded_ = &testing::BuiltinModel();
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineConstrainTest, TheOutputIsOneOfTheGrammarsSentences) {
+  auto g = Compile(R"(root ::= "yes" | "no" | "maybe, " [0-9]{1,3} "%")");
+  ASSERT_NE(g, nullptr);
+  constrain::GrammarAutomaton check(g);
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    Output o = Generate(g, seed, 64)[0];
+    ASSERT_TRUE(o.result.ok()) << o.result.status();
+    const int32_t s = check.Walk(check.start(), o.text);
+    EXPECT_TRUE(s >= 0 && check.CanEnd(s))
+        << "seed " << seed << ": \"" << o.text << "\"";
+    // Complete sentences end the turn as a stop would; "maybe, 12" may
+    // also end at the model's end of generation only after the "%".
+    EXPECT_TRUE(o.result->finish_reason == FinishReason::kStop)
+        << "seed " << seed << ": " << FinishReasonName(o.result->finish_reason);
+  }
+}
+
+// OpenAI's json_object: a JSON object whatever is drawn; cut by max_tokens
+// it is a prefix of one.
+TEST_F(EngineConstrainTest, JsonObjectsParseOrAreCutByTheLength) {
+  constrain::GrammarAutomaton check(constrain::JsonObjectGrammar());
+  int complete = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    Output o = Generate(constrain::JsonObjectGrammar(), seed, 200)[0];
+    ASSERT_TRUE(o.result.ok()) << o.result.status();
+    const int32_t s = check.Walk(check.start(), o.text);
+    ASSERT_GE(s, 0) << "seed " << seed << ": " << o.text;
+    if (o.result->finish_reason == FinishReason::kLength) {
+      EXPECT_EQ(o.result->usage.generated_tokens, 200);
+      continue;
+    }
+    ++complete;
+    EXPECT_EQ(o.result->finish_reason, FinishReason::kStop) << o.text;
+    const nlohmann::json j =
+        nlohmann::json::parse(o.text, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(j.is_object()) << "seed " << seed << ": " << o.text;
+  }
+  EXPECT_GT(complete, 0) << "no seed closed its object within 200 tokens";
+}
+
+// Several choices each keep their own grammar state from the shared
+// prefill on.
+TEST_F(EngineConstrainTest, EachChoiceFollowsTheGrammar) {
+  auto g = Compile(R"(root ::= "[" [a-z ]{1,20} "]")");
+  ASSERT_NE(g, nullptr);
+  constrain::GrammarAutomaton check(g);
+  std::vector<Output> outs = Generate(g, 5, 40, 4);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ASSERT_TRUE(outs[i].result.ok()) << outs[i].result.status();
+    const int32_t s = check.Walk(check.start(), outs[i].text);
+    EXPECT_TRUE(s >= 0 && check.CanEnd(s))
+        << "choice " << i << ": \"" << outs[i].text << "\"";
+  }
+}
+
+// The end of generation is allowed only where the grammar may end: with
+// "a"+ the output is never empty, whatever the model prefers.
+TEST_F(EngineConstrainTest, TheEndComesOnlyWhereTheGrammarMayEnd) {
+  auto g = Compile(R"(root ::= [a-c]+)");
+  ASSERT_NE(g, nullptr);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Output o = Generate(g, seed, 12)[0];
+    ASSERT_TRUE(o.result.ok()) << o.result.status();
+    EXPECT_FALSE(o.text.empty());
+    EXPECT_EQ(o.text.find_first_not_of("abc"), std::string::npos) << o.text;
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
