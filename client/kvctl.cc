@@ -115,6 +115,14 @@ ABSL_FLAG(std::string, messages, "",
           "chat, template: a JSON file (\"-\": stdin) holding an array of "
           "messages {role, content, name, tool_call_id, tool_calls}, sent "
           "before TEXT's user message.");
+ABSL_FLAG(std::string, grammar, "",
+          "generate, chat: a GBNF file (llama.cpp's syntax, rule root) the "
+          "output must follow.");
+ABSL_FLAG(std::string, json_schema, "",
+          "generate, chat: a JSON Schema file the output must validate "
+          "against.");
+ABSL_FLAG(bool, json_object, false,
+          "generate, chat: the output is a JSON object.");
 ABSL_FLAG(std::string, tools, "",
           "template: a JSON file holding the array of tool definitions.");
 ABSL_FLAG(bool, generation_prompt, true,
@@ -663,8 +671,8 @@ class Commands {
     return messages;
   }
 
-  static absl::StatusOr<nlohmann::ordered_json> ReadJsonFile(
-      const std::string& path) {
+  // A file's bytes ("-": stdin).
+  static absl::StatusOr<std::string> ReadFile(const std::string& path) {
     std::string data;
     if (path == "-") {
       data.assign(std::istreambuf_iterator<char>(std::cin),
@@ -676,6 +684,14 @@ class Commands {
       data.assign(std::istreambuf_iterator<char>(in),
                   std::istreambuf_iterator<char>());
     }
+    return data;
+  }
+
+  static absl::StatusOr<nlohmann::ordered_json> ReadJsonFile(
+      const std::string& path) {
+    absl::StatusOr<std::string> read = ReadFile(path);
+    if (!read.ok()) return read.status();
+    const std::string& data = *read;
     // dump() and copies recurse (a file nested a million deep overflowed
     // the stack): nothing deeper than the limit is kept.
     JsonDepthLimit<nlohmann::ordered_json> limit;
@@ -729,6 +745,24 @@ class Commands {
     request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
     if (auto v = absl::GetFlag(FLAGS_logprobs)) request.set_logprobs(*v);
     if (auto v = absl::GetFlag(FLAGS_n)) request.set_n(*v);
+    const std::string grammar = absl::GetFlag(FLAGS_grammar);
+    const std::string schema = absl::GetFlag(FLAGS_json_schema);
+    const bool json_object = absl::GetFlag(FLAGS_json_object);
+    if (!grammar.empty() + !schema.empty() + json_object > 1) {
+      return absl::InvalidArgumentError(
+          "--grammar, --json_schema and --json_object: one at a time");
+    }
+    if (!grammar.empty()) {
+      absl::StatusOr<std::string> text = ReadFile(grammar);
+      if (!text.ok()) return text.status();
+      request.mutable_constraint()->set_grammar(*std::move(text));
+    } else if (!schema.empty()) {
+      absl::StatusOr<nlohmann::ordered_json> json = ReadJsonFile(schema);
+      if (!json.ok()) return json.status();
+      request.mutable_constraint()->set_json_schema(json->dump());
+    } else if (json_object) {
+      request.mutable_constraint()->set_json_object(true);
+    }
     request.set_owner(absl::GetFlag(FLAGS_owner));
     return request;
   }

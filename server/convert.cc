@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/constrain/json_grammar.h"
 #include "core/text/utf8_stream_decoder.h"
 
 namespace kvserve {
@@ -62,6 +64,31 @@ Input FromProto(const v1::Input& input) {
   return input.text();
 }
 
+absl::StatusOr<std::shared_ptr<const constrain::Grammar>> FromProto(
+    const v1::Constraint& constraint) {
+  switch (constraint.kind_case()) {
+    case v1::Constraint::KIND_NOT_SET:
+      return nullptr;
+    case v1::Constraint::kJsonObject:
+      if (!constraint.json_object()) return nullptr;
+      return constrain::JsonObjectGrammar();
+    case v1::Constraint::kGrammar: {
+      absl::StatusOr<constrain::Grammar> g =
+          constrain::ParseGbnf(constraint.grammar());
+      if (!g.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "constraint.grammar does not compile: ", g.status().message()));
+      }
+      return std::make_shared<const constrain::Grammar>(*std::move(g));
+    }
+    case v1::Constraint::kJsonSchema:
+      return absl::InvalidArgumentError(
+          "constraint.json_schema is not supported yet (grammar and "
+          "json_object are)");
+  }
+  return nullptr;
+}
+
 absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
                                          int default_max_tokens) {
   GenerateParams p;
@@ -103,6 +130,10 @@ absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
     p.stop.push_back(stop);
   }
   p.ignore_eos = request.ignore_eos();
+  absl::StatusOr<std::shared_ptr<const constrain::Grammar>> grammar =
+      FromProto(request.constraint());
+  if (!grammar.ok()) return grammar.status();
+  p.grammar = *std::move(grammar);
   if (request.has_logprobs()) p.logprobs = request.logprobs();
   return p;
 }

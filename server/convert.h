@@ -7,6 +7,7 @@
 #define KVSERVE_SERVER_CONVERT_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,10 @@ Input FromProto(const v1::Input& input);
 // one that is empty or longer than 256 bytes.
 absl::StatusOr<GenerateParams> FromProto(const v1::GenerateRequest& request,
                                          int default_max_tokens);
+// A Generate's constraint compiled; null when it asks for none.
+// INVALID_ARGUMENT naming the field for one that does not compile.
+absl::StatusOr<std::shared_ptr<const constrain::Grammar>> FromProto(
+    const v1::Constraint& constraint);
 // Each choice's params of a Generate (GenerateRequest.n; ChoiceParams):
 // INVALID_ARGUMENT when n is outside [0, kMaxChoices].
 absl::StatusOr<std::vector<GenerateParams>> ChoicesFromProto(

@@ -15,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "core/constrain/grammar.h"
+#include "core/constrain/json_grammar.h"
 #include "core/text/utf8_stream_decoder.h"
 #include "core/util/json_depth.h"
 #include "core/util/quote.h"
@@ -166,6 +168,56 @@ void ReadLogitBias(FieldReader& f,
   }
 }
 
+// Constrained decoding: OpenAI's response_format (text, json_object,
+// json_schema) or llama-server's `grammar` (GBNF) and `json_schema`; at most
+// one of them. A grammar that does not compile is 400 naming the field and
+// where in it.
+void ReadConstraint(FieldReader& f, GenerateParams& p) {
+  std::vector<const char*> given;
+  if (const Json* format = f.Object("response_format")) {
+    const Json* type = format->contains("type") ? &(*format)["type"] : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      f.Invalid("response_format",
+                "needs a `type`: \"text\", "
+                "\"json_object\" or \"json_schema\"");
+      return;
+    }
+    const std::string& t = type->get_ref<const std::string&>();
+    if (t == "json_object") {
+      p.grammar = constrain::JsonObjectGrammar();
+      given.push_back("response_format");
+    } else if (t == "json_schema") {
+      f.Invalid("response_format",
+                "of type \"json_schema\" is not supported yet (\"json_object\" "
+                "is)");
+      return;
+    } else if (t != "text") {
+      f.Invalid("response_format",
+                absl::StrCat("has an unknown type ", QuoteClientText(t),
+                             ": \"text\", \"json_object\" or \"json_schema\""));
+      return;
+    }
+  }
+  if (std::optional<std::string> gbnf = f.String("grammar")) {
+    absl::StatusOr<constrain::Grammar> g = constrain::ParseGbnf(*gbnf);
+    if (!g.ok()) {
+      f.Invalid("grammar",
+                absl::StrCat("does not compile: ", g.status().message()));
+      return;
+    }
+    p.grammar = std::make_shared<const constrain::Grammar>(*std::move(g));
+    given.push_back("grammar");
+  }
+  if (f.Find("json_schema") != nullptr) {
+    f.Invalid("json_schema", "is not supported yet (`grammar` is)");
+    return;
+  }
+  if (given.size() > 1) {
+    f.Invalid(given[1], absl::StrCat("cannot be given with `", given[0],
+                                     "`: one constraint per request"));
+  }
+}
+
 // OpenAI's chat-completion parameters kvserve does not honour: refused by
 // name unless absent, null or the value that asks for nothing (README's
 // parameter table lists them with the ones honoured and the advisory ones
@@ -181,8 +233,6 @@ void RefuseUnhonoured(FieldReader& f) {
       {"audio", nullptr, "is not supported (text only)"},
       {"modalities", Json::array({"text"}), "must be [\"text\"] (text only)"},
       {"prediction", nullptr, "is not supported"},
-      {"response_format", Json{{"type", "text"}},
-       "is not supported yet: only {\"type\": \"text\"}"},
       {"tool_choice", "auto",
        "is not supported yet: only \"auto\" (tool calls are not parsed from "
        "the output)"},
@@ -269,6 +319,7 @@ void ReadCommon(FieldReader& f, int default_max_tokens,
         std::clamp<int64_t>(*n, -2, std::numeric_limits<int>::max()));
   }
   ReadLogitBias(f, penalties.logit_bias);
+  ReadConstraint(f, p);
   if (const Json* stop = f.Find("stop")) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());

@@ -491,6 +491,57 @@ TEST_F(HttpApiTest, CompletionsOfAListOfPrompts) {
       << session.body;
 }
 
+// Issue 38 item 2: response_format json_object gives a JSON object (or,
+// cut by max_tokens, finish_reason "length"); llama-server's `grammar`
+// gives one of its sentences; streamed the same.
+TEST_F(HttpApiTest, ConstrainedOutputFollowsItsGrammar) {
+  Json body = ChatBody("Describe a cat as JSON.", 300);
+  body["temperature"] = 1.0;
+  body["response_format"] = {{"type", "json_object"}};
+  int objects = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    body["seed"] = seed;
+    const HttpReply r = Post(port(), "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string content = r.json["choices"][0]["message"]["content"];
+    if (r.json["choices"][0]["finish_reason"] == "length") continue;
+    EXPECT_EQ(r.json["choices"][0]["finish_reason"], "stop");
+    const Json parsed = Json::parse(content, nullptr, false);
+    EXPECT_TRUE(parsed.is_object()) << content;
+    ++objects;
+  }
+  EXPECT_GT(objects, 0);
+
+  Json yes_no = {{"prompt", "Is the sky blue?"},
+                 {"max_tokens", 8},
+                 {"temperature", 1.0},
+                 {"seed", 3},
+                 {"n", 3},
+                 {"grammar", "root ::= \"yes\" | \"no\""}};
+  const HttpReply r = Post(port(), "/v1/completions", yes_no);
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const Json& c : r.json["choices"]) {
+    EXPECT_TRUE(c["text"] == "yes" || c["text"] == "no") << r.body;
+    EXPECT_EQ(c["finish_reason"], "stop");
+  }
+  yes_no["stream"] = true;
+  const HttpReply streamed = Post(port(), "/v1/completions", yes_no, {"-N"});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  Json usage;
+  const std::vector<std::string> texts =
+      StreamedChoices(streamed.body, 3, /*chat=*/false, &usage);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(texts[i], r.json["choices"][i]["text"]) << "choice " << i;
+  }
+
+  yes_no["grammar"] = "root ::= yes\n";
+  const HttpReply bad = Post(port(), "/v1/completions", yes_no);
+  ExpectError(bad, 400, "invalid_argument");
+  EXPECT_TRUE(absl::StrContains(bad.json["error"]["message"].get<std::string>(),
+                                "rule `yes` is used but never defined"))
+      << bad.body;
+}
+
 TEST_F(HttpApiTest, CompletionStreamEndsWithDone) {
   const HttpReply r = Post(port(), "/v1/completions",
                            {{"prompt", "Once"},

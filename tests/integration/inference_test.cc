@@ -191,6 +191,38 @@ TEST_F(InferenceTest, SeveralChoicesInOneStream) {
   EXPECT_TRUE(absl::StrContains(too_many.status().message(), "n must be in"));
 }
 
+// Issue 38 item 2 over gRPC: a GBNF constraint, JSON objects, and the
+// errors of a constraint that cannot be honoured.
+TEST_F(InferenceTest, ConstraintsShapeTheOutput) {
+  v1::GenerateRequest request;
+  request.mutable_prompt()->set_text("The answer is");
+  request.set_max_tokens(16);
+  request.mutable_sampling()->set_temperature(1.0f);
+  request.mutable_constraint()->set_grammar(R"(root ::= [0-9]{1,3} "!")");
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    request.mutable_sampling()->set_seed(seed);
+    absl::StatusOr<Generated> out = GenerateAll(client(), request);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_FALSE(out->text.empty());
+    EXPECT_EQ(out->text.back(), '!') << out->text;
+    EXPECT_EQ(out->text.find_first_not_of("0123456789!"), std::string::npos)
+        << out->text;
+    EXPECT_EQ(out->final_message.finish_reason(), v1::FINISH_REASON_STOP);
+  }
+  request.mutable_constraint()->set_json_object(true);
+  request.set_max_tokens(200);
+  absl::StatusOr<Generated> json = GenerateAll(client(), request);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->text.substr(0, 1), "{") << json->text;
+
+  request.mutable_constraint()->set_grammar("root ::= (");
+  absl::StatusOr<Generated> bad = GenerateAll(client(), request);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(),
+                                "constraint.grammar does not compile"))
+      << bad.status();
+}
+
 // Turn 1 and turn 2 on a session produce exactly the tokens that one
 // ephemeral Generate over the concatenated ids produces, and turn 2 reuses
 // the KV of turn 1 instead of recomputing it.

@@ -352,6 +352,33 @@ TEST_F(KvctlTest, GenerateTakesSeveralChoices) {
   EXPECT_TRUE(absl::StrContains(bad.err, "n must be in [0, 128]")) << bad.err;
 }
 
+// Issue 38 item 2: --grammar and --json_object constrain the output; a
+// grammar that does not compile is the server's INVALID_ARGUMENT.
+TEST_F(KvctlTest, GenerateFollowsAGrammarFile) {
+  ScratchDir dir;
+  const std::string grammar = dir.File("yes_no.gbnf");
+  ASSERT_TRUE(WriteTextFile(grammar, "root ::= \"yes\" | \"no\"\n"));
+  for (const char* seed : {"--seed=1", "--seed=2", "--seed=3"}) {
+    CommandResult r = Kvctl({"generate", "--grammar=" + grammar, seed,
+                             "--temperature=1", "--max_tokens=8", "Is it?"});
+    ASSERT_EQ(r.status.code, 0) << r.err;
+    EXPECT_TRUE(r.out == "yes\n" || r.out == "no\n") << r.out;
+  }
+  CommandResult json = Kvctl({"generate", "--json_object", "--seed=2",
+                              "--temperature=1", "--max_tokens=200", "A cat:"});
+  ASSERT_EQ(json.status.code, 0) << json.err;
+  EXPECT_EQ(json.out.substr(0, 1), "{") << json.out;
+
+  ASSERT_TRUE(WriteTextFile(grammar, "root ::= yes\n"));
+  CommandResult bad = Kvctl({"generate", "--grammar=" + grammar, "x"});
+  EXPECT_EQ(bad.status.code, 6) << bad.err;  // INVALID_ARGUMENT
+  EXPECT_TRUE(absl::StrContains(bad.err, "rule `yes` is used but never"))
+      << bad.err;
+  CommandResult both =
+      Kvctl({"generate", "--grammar=" + grammar, "--json_object", "x"});
+  EXPECT_EQ(both.status.code, 1) << both.err;
+}
+
 TEST_F(KvctlTest, InfoJsonMatchesTheClient) {
   CommandResult result = Kvctl({"info", "--json"});
   ASSERT_EQ(result.status.code, 0) << result.err;

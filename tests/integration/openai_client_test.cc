@@ -52,6 +52,7 @@ constexpr const char* kChecks[] = {
     "completions.streaming",
     "chat.n_choices",
     "completions.prompt_list",
+    "chat.json_object",
 };
 
 constexpr int kMinNodeMajor = 20;  // package.json's "engines"

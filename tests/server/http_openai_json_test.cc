@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/constrain/json_grammar.h"
 #include "core/util/status_reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -358,8 +359,21 @@ TEST(ParseChatRequestTest, RefusesWhatCannotBeServed) {
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 200})",
        "`n` must be in [1, 128], got 200"},
       {R"({"messages": [{"role": "user", "content": "x"}],
-           "response_format": {"type": "json_object"}})",
-       "`response_format` is not supported yet"},
+           "response_format": {"type": "xml"}})",
+       "`response_format` has an unknown type \"xml\""},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"json_schema": {}}})",
+       "`response_format` needs a `type`"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "grammar": "root ::= \"a\" missing"})",
+       "`grammar` does not compile: grammar line 1 column 14: rule `missing` "
+       "is used but never defined"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "grammar": 5})",
+       "`grammar` must be a string, got number"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_object"},
+           "grammar": "root ::= \"a\""})",
+       "`grammar` cannot be given with `response_format`"},
       {R"({"messages": [{"role": "user", "content": "x"}],
            "tool_choice": "required"})",
        "`tool_choice` is not supported yet"},
@@ -417,6 +431,25 @@ TEST(ParseMessagesTest, ContentPartsNullAndToolFields) {
   EXPECT_EQ((*m)[2].tool_call_id, "c1");
   EXPECT_EQ((*m)[2].name, "f");
   EXPECT_EQ((*m)[2].content, "42");
+}
+
+// Issue 38 item 2: response_format json_object and llama-server's GBNF
+// `grammar` constrain the output; text asks for nothing.
+TEST(ParseChatRequestTest, ConstraintsCompileToAGrammar) {
+  absl::StatusOr<GenerationRequest> json = Chat(R"({"messages": [{"role":
+      "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->params.grammar, constrain::JsonObjectGrammar());
+  absl::StatusOr<GenerationRequest> text = Chat(R"({"messages": [{"role":
+      "user", "content": "x"}], "response_format": {"type": "text"}})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->params.grammar, nullptr);
+  absl::StatusOr<GenerationRequest> gbnf =
+      Completion(R"({"prompt": "x", "grammar": "root ::= \"yes\" | \"no\""})");
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+  ASSERT_NE(gbnf->params.grammar, nullptr);
+  EXPECT_EQ(gbnf->params.grammar->rule_names[gbnf->params.grammar->root],
+            "root");
 }
 
 // --- Completion requests

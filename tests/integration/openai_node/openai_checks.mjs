@@ -376,5 +376,28 @@ await check('completions.prompt_list', async () => {
   return show(both.choices.map((c) => c.text));
 });
 
+// --- 7. structured output ------------------------------------------------
+
+// response_format json_object: the content parses as a JSON object unless
+// max_tokens cut it ("length").
+await check('chat.json_object', async () => {
+  const results = [];
+  for (const seed of [1, 2, 3]) {
+    const completion = await client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'A cat, as JSON.' }],
+      max_tokens: 300, temperature: 1.0, seed,
+      response_format: { type: 'json_object' } });
+    const choice = completion.choices[0];
+    if (choice.finish_reason === 'length') continue;
+    expect(choice.finish_reason === 'stop', `finish_reason ${show(choice.finish_reason)}`);
+    const value = JSON.parse(choice.message.content);
+    expect(value !== null && typeof value === 'object' && !Array.isArray(value),
+           `not an object: ${show(choice.message.content)}`);
+    results.push(choice.message.content);
+  }
+  expect(results.length > 0, 'every answer was cut by max_tokens');
+  return show(results);
+});
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
