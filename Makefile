@@ -12,7 +12,7 @@ DEPS := cmake make g++ pkg-config clang-format ccache mold \
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers prometheus-cpp-dev \
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libxxhash-dev \
   libssl-dev openssl libboost-dev zlib1g-dev libpcre2-dev \
-  python3-jinja2 curl iproute2
+  python3-jinja2 python3-jsonschema curl iproute2
 
 # Tracked and new (not ignored) C++ files that exist: a file deleted or moved
 # but not yet committed is skipped, a new one is checked before its commit.

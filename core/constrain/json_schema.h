@@ -1,0 +1,62 @@
+// JSON Schema (draft 2020-12, and the draft-04/07 forms real schemas still
+// use) compiled to a grammar whose sentences are JSON texts that validate.
+//
+// The grammar may allow fewer texts than the schema (never more): a schema
+// kvserve cannot honour exactly is either narrowed to a part it can (only
+// the declared properties are written, in the schema's order; a number
+// with bounds is written as an integer or a plain decimal within them; a
+// string `format` as its common form, a `date`'s day at most 28; with
+// `uniqueItems` an array holds at most one item; minProperties promotes
+// the first optional properties to required) or refused:
+// INVALID_ARGUMENT naming the keyword and its JSON pointer (`not`,
+// `if`/`then`/`else`, `contains`, `multipleOf`, `propertyNames`,
+// `dependentRequired`/`dependentSchemas`, a remote `$ref`, a `pattern` the
+// regex subset does not cover (regex_gbnf.h), a `oneOf` whose branches may
+// both match, allOf branches that cannot be combined, a schema nothing
+// validates).
+//
+// Supported: type (and lists of types), properties / required /
+// additionalProperties, patternProperties (declared properties must not
+// match them), items / prefixItems (and draft-04 items arrays with
+// additionalItems), enum / const, anyOf / oneOf / allOf, local $ref into
+// $defs / definitions (recursion included), string pattern, format (date,
+// time, date-time, uuid, email, hostname, ipv4, uri; others are
+// annotations), minLength / maxLength, minItems / maxItems, minimum /
+// maximum / exclusiveMinimum / exclusiveMaximum (numbers and draft-04
+// booleans), minProperties / maxProperties where the declared properties
+// allow them. Unknown keywords are ignored, as the specification says.
+#ifndef KVSERVE_CORE_CONSTRAIN_JSON_SCHEMA_H_
+#define KVSERVE_CORE_CONSTRAIN_JSON_SCHEMA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/constrain/grammar.h"
+
+namespace kvserve::constrain {
+
+struct JsonSchemaLimits {
+  int64_t max_schema_bytes = 1 << 20;
+  // Nesting of schemas inside schemas (and of $ref resolutions in allOf).
+  int max_depth = 64;
+  int64_t max_grammar_bytes = 8 << 20;
+  // The largest minLength / maxLength / minItems / maxItems written out.
+  int max_count = 10000;
+};
+
+// The GBNF of the JSON texts that validate against `schema_json` (its rule
+// `root`). INVALID_ARGUMENT for a schema that is not JSON, or one refused
+// as above.
+absl::StatusOr<std::string> JsonSchemaToGbnf(
+    std::string_view schema_json, const JsonSchemaLimits& limits = {});
+
+// JsonSchemaToGbnf compiled.
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
+    std::string_view schema_json, const JsonSchemaLimits& limits = {});
+
+}  // namespace kvserve::constrain
+
+#endif  // KVSERVE_CORE_CONSTRAIN_JSON_SCHEMA_H_

@@ -1,0 +1,37 @@
+// A JSON Schema `pattern` (ECMA-262 regular expression syntax) as GBNF for
+// the content of a JSON string: what is matched is the string's value,
+// what the grammar writes is its JSON encoding (a quote, a backslash or a
+// control character the pattern allows is written escaped).
+//
+// As JSON Schema has it, a pattern is not anchored: without a leading `^`
+// any characters may come first, without a trailing `$` any may follow.
+// Supported: literals and escapes (\d \w \s and their negations, \t \n \r
+// \f \v \0, \xHH, \uHHHH, \u{H...}, escaped metacharacters), `.`, classes
+// with ranges and negation, groups (capturing, (?:...), (?<name>...)),
+// alternation, and the quantifiers * + ? {n} {n,} {n,m} (lazy ones as
+// greedy: the language is the same). Refused, naming the construct:
+// lookaround, backreferences, word boundaries, \p{...} classes, and `^` or
+// `$` anywhere but at the ends of the pattern's top-level alternatives.
+#ifndef KVSERVE_CORE_CONSTRAIN_REGEX_GBNF_H_
+#define KVSERVE_CORE_CONSTRAIN_REGEX_GBNF_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/constrain/gbnf_builder.h"
+
+namespace kvserve::constrain {
+
+// A GBNF expression for the string content (the quotes not included). Uses
+// the rule `json-char` (JsonGbnfRules) for "any character".
+// INVALID_ARGUMENT naming what is not supported.
+absl::StatusOr<std::string> RegexToGbnf(std::string_view pattern);
+
+// The GBNF expression for one character of a JSON string whose value is in
+// `set`, escaped as JSON requires. REQUIRES: !set.empty().
+std::string JsonCharGbnf(const CodePointSet& set);
+
+}  // namespace kvserve::constrain
+
+#endif  // KVSERVE_CORE_CONSTRAIN_REGEX_GBNF_H_

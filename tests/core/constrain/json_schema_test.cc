@@ -1,0 +1,380 @@
+// JSON Schema compiled to a grammar: what the grammar accepts against the
+// schema's meaning (written out here, and Python's jsonschema on the real
+// schemas of ../shared/jsonschema), the regex subset of `pattern` against
+// std::regex, and the refusals, which name the keyword and its pointer.
+#include "core/constrain/json_schema.h"
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "core/constrain/grammar_automaton.h"
+#include "core/constrain/regex_gbnf.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/jsonschema_reference.h"
+#include "tests/testing/paths.h"
+
+namespace kvserve::constrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<const Grammar> Compile(const std::string& schema) {
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(schema);
+  EXPECT_TRUE(g.ok()) << g.status() << "\n" << schema;
+  return g.ok() ? *g : nullptr;
+}
+
+bool Accepts(GrammarAutomaton& a, std::string_view text) {
+  const int32_t s = a.Walk(a.start(), text);
+  return s >= 0 && a.CanEnd(s);
+}
+
+void ExpectLanguage(const std::string& schema,
+                    const std::vector<std::string>& yes,
+                    const std::vector<std::string>& no) {
+  auto g = Compile(schema);
+  ASSERT_NE(g, nullptr);
+  GrammarAutomaton a(g);
+  for (const std::string& t : yes) {
+    EXPECT_TRUE(Accepts(a, t)) << schema << "\n  should accept " << t;
+  }
+  for (const std::string& t : no) {
+    EXPECT_FALSE(Accepts(a, t)) << schema << "\n  should refuse " << t;
+  }
+}
+
+TEST(JsonSchemaTest, ObjectsWriteTheirDeclaredPropertiesInOrder) {
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"a": {"type": "integer"},
+          "b": {"type": "string"}, "c": {"type": "boolean"}},
+          "required": ["b"]})",
+      {R"({"a": 1, "b": "x", "c": true})", R"({"b":"x"})", R"({"a":-3,"b":""})",
+       R"({"b": "x", "c": false})"},
+      {R"({"a": 1})", R"({"b": "x", "a": 1})", R"({"b": 1})", R"({})",
+       R"({"b": "x", "d": 1})", R"({"a": 1.5, "b": "x"})"});
+  // A map: additionalProperties as a schema and no properties declared.
+  ExpectLanguage(
+      R"({"type": "object", "additionalProperties": {"type": "number"},
+          "minProperties": 1})",
+      {R"({"k": 1})", R"({"k": 1, "j": -2.5})"}, {R"({})", R"({"k": "x"})"});
+  // minProperties promotes the first optional properties to required.
+  ExpectLanguage(
+      R"({"properties": {"a": {"const": 1}, "b": {"const": 2}},
+          "minProperties": 1})",
+      {R"({"a": 1})", R"({"a": 1, "b": 2})"}, {R"({})", R"({"b": 2})"});
+}
+
+TEST(JsonSchemaTest, IntegerRangesAreExact) {
+  std::mt19937 rng(3);
+  for (int round = 0; round < 40; ++round) {
+    const int64_t lo = static_cast<int64_t>(rng() % 4000) - 2000;
+    const int64_t hi = lo + static_cast<int64_t>(rng() % 3000);
+    const bool exclusive = round % 2;
+    const std::string schema = absl::StrCat(
+        R"({"type": "integer", ")", exclusive ? "exclusiveMinimum" : "minimum",
+        R"(": )", lo, R"(, "maximum": )", hi, "}");
+    auto g = Compile(schema);
+    ASSERT_NE(g, nullptr);
+    GrammarAutomaton a(g);
+    for (int64_t v = lo - 30; v <= hi + 30; ++v) {
+      const bool in = (exclusive ? v > lo : v >= lo) && v <= hi;
+      ASSERT_EQ(Accepts(a, std::to_string(v)), in) << schema << ": " << v;
+    }
+    std::string leading_zero = "0";
+    leading_zero += std::to_string(std::abs(hi));
+    EXPECT_FALSE(Accepts(a, leading_zero)) << schema;
+  }
+}
+
+TEST(JsonSchemaTest, BoundedNumbersStayWithinTheirBounds) {
+  ExpectLanguage(R"({"type": "number", "minimum": 0, "exclusiveMaximum": 10})",
+                 {"0", "9", "9.99", "0.5", "3"},
+                 {"10", "10.0", "-1", "-0.5", "11", "1e2"});
+  ExpectLanguage(R"({"type": "number", "minimum": -2.5, "maximum": 1})",
+                 {"-2", "-1.5", "1", "0.25", "-0.75"},
+                 {"-3", "1.5", "2", "-2.75"});
+  // Draft-04's boolean exclusiveMinimum.
+  ExpectLanguage(
+      R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true})",
+      {"1", "20"}, {"0", "-1"});
+}
+
+TEST(JsonSchemaTest, StringsCountCharactersNotBytes) {
+  ExpectLanguage(R"({"type": "string", "minLength": 2, "maxLength": 3})",
+                 {R"("ab")", R"("abc")", R"("\n\"")",
+                  "\"\xC3\xA9\xE2\x82\xAC\"", R"("\ud83d\ude00x")"},
+                 {R"("a")", R"("abcd")", R"("\ud83d")", R"(ab)"});
+  ExpectLanguage(R"({"enum": ["red", "green", 3, null]})",
+                 {R"("red")", R"("green")", "3", "null"},
+                 {R"("blue")", "4", R"(red)"});
+  ExpectLanguage(R"({"type": "string", "enum": ["a", 1]})", {R"("a")"}, {"1"});
+  ExpectLanguage(R"({"const": {"x": [1, "y"]}})", {R"({"x":[1,"y"]})"},
+                 {R"({"x":[1]})"});
+  ExpectLanguage(R"({"type": "string", "format": "date"})",
+                 {R"("2024-02-28")", R"("1999-12-01")"},
+                 {R"("2024-2-28")", R"("2024-13-01")", R"("x")"});
+  ExpectLanguage(R"({"type": "string", "format": "uuid"})",
+                 {R"("123e4567-e89b-12d3-a456-426614174000")"},
+                 {R"("123e4567")"});
+}
+
+TEST(JsonSchemaTest, ArraysHonourTheirItemsAndCounts) {
+  ExpectLanguage(R"({"type": "array", "items": {"type": "integer"},
+                     "minItems": 1, "maxItems": 3})",
+                 {"[1]", "[1, 2, 3]", "[ 1,2 ]"},
+                 {"[]", "[1,2,3,4]", "[\"a\"]"});
+  ExpectLanguage(R"({"type": "array", "prefixItems": [{"type": "string"},
+                     {"type": "boolean"}], "items": false})",
+                 {"[]", R"(["a"])", R"(["a", true])"},
+                 {R"([true])", R"(["a", true, 1])"});
+  ExpectLanguage(R"({"type": "array", "items": [{"type": "string"}],
+                     "additionalItems": {"type": "null"}, "minItems": 2})",
+                 {R"(["a", null])", R"(["a", null, null])"},
+                 {R"(["a"])", R"(["a", 1])"});
+  // uniqueItems: at most one item, which is always unique.
+  ExpectLanguage(R"({"type": "array", "uniqueItems": true})", {"[]", "[1]"},
+                 {"[1, 2]"});
+}
+
+TEST(JsonSchemaTest, CombinatorsAndReferences) {
+  // anyOf with sibling keywords: each branch gets them.
+  ExpectLanguage(R"({"type": "object", "properties": {"a": {"type": "integer"},
+                     "b": {"type": "integer"}},
+                     "anyOf": [{"required": ["a"]}, {"required": ["b"]}]})",
+                 {R"({"a": 1})", R"({"b": 2})", R"({"a": 1, "b": 2})"},
+                 {R"({})"});
+  // oneOf told apart by a required const.
+  ExpectLanguage(R"({"oneOf": [
+      {"type": "object", "properties": {"kind": {"const": "cat"},
+       "lives": {"type": "integer"}}, "required": ["kind"]},
+      {"type": "object", "properties": {"kind": {"const": "dog"},
+       "good": {"type": "boolean"}}, "required": ["kind"]}]})",
+                 {R"({"kind": "cat", "lives": 9})", R"({"kind": "dog"})"},
+                 {R"({"kind": "cow"})", R"({"kind": "cat", "good": true})"});
+  // Recursion through $defs.
+  ExpectLanguage(R"({"$ref": "#/$defs/node", "$defs": {"node": {
+      "type": "object", "properties": {"v": {"type": "integer"},
+      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v"]}}})",
+                 {R"({"v": 1})", R"({"v": 1, "kids": [{"v": 2, "kids": []}]})"},
+                 {R"({"kids": []})", R"({"v": 1, "kids": [{}]})"});
+  // allOf merges objects.
+  ExpectLanguage(R"({"allOf": [{"$ref": "#/definitions/base"},
+      {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
+      "definitions": {"base": {"type": "object", "properties":
+      {"a": {"type": "integer"}}, "required": ["a"]}}})",
+                 {R"({"a": 1, "b": "x"})"}, {R"({"a": 1})", R"({"b": "x"})"});
+}
+
+TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPointer) {
+  struct Case {
+    const char* schema;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {R"({"properties": {"x": {"not": {"type": "null"}}}})",
+       "`not` at #/properties/x: cannot be enforced"},
+      {R"({"type": "array", "uniqueItems": true, "minItems": 2})",
+       "`uniqueItems` at #: with minItems above 1"},
+      {R"({"$ref": "https://example.com/s.json"})",
+       "`$ref` at #: only local references"},
+      {R"({"$ref": "#/$defs/missing"})", "is not found"},
+      {R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]})",
+       "`oneOf` at #: branches 0 and 1 may both match"},
+      {R"({"type": "string", "pattern": "^(?=a)b$"})",
+       "`pattern` at #: the pattern \"^(?=a)b$\" at character 3: lookaround"},
+      {R"({"type": "number", "multipleOf": 0.01})", "`multipleOf` at #"},
+      {R"({"properties": {"a": {"type": "integer"}},
+           "patternProperties": {"^a": {"type": "string"}}})",
+       "`patternProperties` at #: the property \"a\" matches"},
+      {R"({"allOf": [{"type": "string"}, {"type": "integer"}]})",
+       "its branches' types do not overlap"},
+      {R"({"type": "object", "properties": {"a": false}, "required": ["a"]})",
+       "`false` at #/properties/a: nothing validates"},
+      {R"({"if": {"type": "string"}, "then": {"minLength": 1}})",
+       "`if` at #: conditional"},
+      {"[1, 2", "the schema is not JSON"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::shared_ptr<const Grammar>> g =
+        CompileJsonSchema(c.schema);
+    EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << c.schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(c.message)) << c.schema;
+  }
+}
+
+// A pattern's grammar accepts a JSON string exactly when std::regex (the
+// ECMAScript flavour) finds the pattern in its value.
+TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptRegexesDo) {
+  const std::vector<std::string> patterns = {"^[a-z]+$",
+                                             "^\\d{3}-\\d{4}$",
+                                             "ab",
+                                             "^(cat|dog)s?$",
+                                             "x$",
+                                             "^[^a\"]*$",
+                                             "^a.c$",
+                                             "^(?:ab){1,2}c?$",
+                                             "^\\w+@\\w+\\.com$",
+                                             "^[\\s\\S]{2}$",
+                                             "^\\\\\\d$",
+                                             "^[-+]?[0-9]*\\.?[0-9]+$"};
+  const std::string alphabet = "abcdx0159-+.@ \"\\\n";
+  std::mt19937 rng(11);
+  for (const std::string& p : patterns) {
+    GbnfBuilder unused;
+    absl::StatusOr<std::string> body = RegexToGbnf(p);
+    ASSERT_TRUE(body.ok()) << p << ": " << body.status();
+    absl::StatusOr<Grammar> g =
+        ParseGbnf("root ::= \"\\\"\" " + *body + " \"\\\"\"\n" +
+                  "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( "
+                  "[\"\\\\/bfnrt] | \"u\" "
+                  "[0-9a-fA-F]{4} )\n");
+    ASSERT_TRUE(g.ok()) << p << ": " << g.status() << "\n" << *body;
+    GrammarAutomaton a(std::make_shared<const Grammar>(*std::move(g)));
+    const std::regex re(p, std::regex::ECMAScript);
+    int matched = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::string value;
+      const int n = rng() % 9;
+      for (int j = 0; j < n; ++j) value += alphabet[rng() % alphabet.size()];
+      const bool want = std::regex_search(value, re);
+      matched += want;
+      const std::string json = nlohmann::json(value).dump();
+      ASSERT_EQ(Accepts(a, json), want) << p << " on " << json;
+    }
+    // Hand-picked matches, which random strings rarely hit.
+    (void)matched;
+  }
+  ExpectLanguage(R"({"type": "string", "pattern": "^\\d{3}-\\d{4}$"})",
+                 {R"("555-1234")"}, {R"("5551234")", R"("555-12345")"});
+}
+
+// A random text of the grammar: random bytes among those allowed (printable
+// ASCII), then the shortest completion (breadth-first over the automaton's
+// states). nullopt when none is found within the search's bounds.
+std::optional<std::string> RandomSentence(GrammarAutomaton& a,
+                                          std::mt19937& rng, int random_bytes) {
+  std::string text;
+  int32_t s = a.start();
+  for (int i = 0; i < random_bytes && !a.IsFinal(s); ++i) {
+    std::vector<std::pair<uint8_t, int32_t>> next;
+    for (int b = 0x20; b < 0x7F; ++b) {
+      const int32_t t = a.Next(s, static_cast<uint8_t>(b));
+      if (t >= 0) next.emplace_back(b, t);
+    }
+    if (next.empty()) break;
+    const auto [b, t] = next[rng() % next.size()];
+    text.push_back(static_cast<char>(b));
+    s = t;
+  }
+  // Breadth-first to a state that can end.
+  absl::flat_hash_map<int32_t, std::pair<int32_t, char>> from;
+  std::deque<int32_t> queue = {s};
+  from[s] = {-1, 0};
+  while (!queue.empty() && from.size() < 200000) {
+    const int32_t x = queue.front();
+    queue.pop_front();
+    if (a.CanEnd(x)) {
+      std::string tail;
+      for (int32_t y = x; from[y].first >= 0; y = from[y].first) {
+        tail.push_back(from[y].second);
+      }
+      std::reverse(tail.begin(), tail.end());
+      return text + tail;
+    }
+    for (int b = 0x20; b < 0x7F; ++b) {
+      const int32_t t = a.Next(x, static_cast<uint8_t>(b));
+      if (t >= 0 && !from.count(t)) {
+        from[t] = {x, static_cast<char>(b)};
+        queue.push_back(t);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The real-world schemas: every one compiles or is refused naming the
+// keyword and its pointer, and every text the grammar of one that compiles
+// makes validates under Python's jsonschema (0 invalid of all tried).
+TEST(JsonSchemaTest, SharedSchemasCompileOrAreRefusedAndTheirTextsValidate) {
+  const std::string unavailable = testing::JsonschemaUnavailable();
+  if (!unavailable.empty()) GTEST_SKIP() << unavailable;
+  std::vector<std::filesystem::path> files;
+  for (const auto& dir : std::filesystem::directory_iterator(
+           testing::SharedDir() + "/jsonschema")) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
+      if (f.path().extension() == ".json") files.push_back(f.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GE(files.size(), 100u);
+  std::vector<testing::SchemaCheck> checks;
+  std::vector<std::string> names;
+  std::map<std::string, int> refusals;
+  int compiled = 0, no_text = 0;
+  std::mt19937 rng(5);
+  for (const auto& path : files) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::shared_ptr<const Grammar>> g =
+        CompileJsonSchema(text.str());
+    const std::string name =
+        path.parent_path().filename().string() + "/" + path.filename().string();
+    if (!g.ok()) {
+      EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << name;
+      const std::string m(g.status().message());
+      EXPECT_EQ(m[0], '`') << name << ": " << m;
+      EXPECT_THAT(m, HasSubstr(" at #")) << name;
+      ++refusals[m.substr(0, m.find('`', 1) + 1)];
+      std::printf("refused %s: %s\n", name.c_str(), m.c_str());
+      continue;
+    }
+    ++compiled;
+    GrammarAutomaton a(*g);
+    for (int r : {0, 20, 80, 200}) {
+      std::optional<std::string> sentence = RandomSentence(a, rng, r);
+      if (!sentence.has_value()) {
+        ++no_text;
+        continue;
+      }
+      checks.push_back({text.str(), *sentence});
+      names.push_back(name);
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> results =
+      testing::ValidateWithJsonschema(checks);
+  ASSERT_TRUE(results.ok()) << results.status();
+  int invalid = 0;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if ((*results)[i].empty()) continue;
+    ++invalid;
+    ADD_FAILURE() << names[i] << ": " << (*results)[i] << "\n  "
+                  << checks[i].instance.substr(0, 400);
+  }
+  std::string refused;
+  for (const auto& [k, n] : refusals) absl::StrAppend(&refused, " ", k, " ", n);
+  std::printf(
+      "%zu schemas: %d compiled, %zu refused (%s ); %zu texts validated, %d "
+      "invalid, %d walks without a text\n",
+      files.size(), compiled, files.size() - compiled, refused.c_str(),
+      checks.size(), invalid, no_text);
+  EXPECT_EQ(invalid, 0);
+}
+
+}  // namespace
+}  // namespace kvserve::constrain
