@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/constrain/json_grammar.h"
+#include "core/constrain/json_schema.h"
 #include "core/text/utf8_stream_decoder.h"
 
 namespace kvserve {
@@ -81,10 +82,16 @@ absl::StatusOr<std::shared_ptr<const constrain::Grammar>> FromProto(
       }
       return std::make_shared<const constrain::Grammar>(*std::move(g));
     }
-    case v1::Constraint::kJsonSchema:
-      return absl::InvalidArgumentError(
-          "constraint.json_schema is not supported yet (grammar and "
-          "json_object are)");
+    case v1::Constraint::kJsonSchema: {
+      absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =
+          constrain::CompileJsonSchema(constraint.json_schema());
+      if (!g.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("constraint.json_schema cannot be honoured: ",
+                         g.status().message()));
+      }
+      return *std::move(g);
+    }
   }
   return nullptr;
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "core/constrain/grammar.h"
 #include "core/constrain/json_grammar.h"
+#include "core/constrain/json_schema.h"
 #include "core/text/utf8_stream_decoder.h"
 #include "core/util/json_depth.h"
 #include "core/util/quote.h"
@@ -168,6 +169,22 @@ void ReadLogitBias(FieldReader& f,
   }
 }
 
+// Compiles a request's JSON Schema into p.grammar; false (the reader's
+// error set, naming `field` and what the schema compiler refused) when it
+// cannot be honoured.
+bool CompileSchema(const Json& schema, const char* field, FieldReader& f,
+                   GenerateParams& p) {
+  absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =
+      constrain::CompileJsonSchema(schema.dump());
+  if (!g.ok()) {
+    f.Invalid(field,
+              absl::StrCat("cannot be honoured: ", g.status().message()));
+    return false;
+  }
+  p.grammar = *std::move(g);
+  return true;
+}
+
 // Constrained decoding: OpenAI's response_format (text, json_object,
 // json_schema) or llama-server's `grammar` (GBNF) and `json_schema`; at most
 // one of them. A grammar that does not compile is 400 naming the field and
@@ -187,10 +204,20 @@ void ReadConstraint(FieldReader& f, GenerateParams& p) {
       p.grammar = constrain::JsonObjectGrammar();
       given.push_back("response_format");
     } else if (t == "json_schema") {
-      f.Invalid("response_format",
-                "of type \"json_schema\" is not supported yet (\"json_object\" "
-                "is)");
-      return;
+      const Json* spec =
+          format->contains("json_schema") ? &(*format)["json_schema"] : nullptr;
+      if (spec == nullptr || !spec->is_object() || !spec->contains("schema") ||
+          !(*spec)["schema"].is_object()) {
+        f.Invalid("response_format",
+                  "of type \"json_schema\" needs `json_schema.schema`, an "
+                  "object");
+        return;
+      }
+      if (!CompileSchema((*spec)["schema"],
+                         "response_format.json_schema.schema", f, p)) {
+        return;
+      }
+      given.push_back("response_format");
     } else if (t != "text") {
       f.Invalid("response_format",
                 absl::StrCat("has an unknown type ", QuoteClientText(t),
@@ -208,9 +235,13 @@ void ReadConstraint(FieldReader& f, GenerateParams& p) {
     p.grammar = std::make_shared<const constrain::Grammar>(*std::move(g));
     given.push_back("grammar");
   }
-  if (f.Find("json_schema") != nullptr) {
-    f.Invalid("json_schema", "is not supported yet (`grammar` is)");
-    return;
+  if (const Json* schema = f.Find("json_schema")) {
+    if (!schema->is_object() && !schema->is_boolean()) {
+      f.Invalid("json_schema", "must be a JSON Schema (an object)");
+      return;
+    }
+    if (!CompileSchema(*schema, "json_schema", f, p)) return;
+    given.push_back("json_schema");
   }
   if (given.size() > 1) {
     f.Invalid(given[1], absl::StrCat("cannot be given with `", given[0],

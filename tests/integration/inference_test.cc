@@ -215,6 +215,26 @@ TEST_F(InferenceTest, ConstraintsShapeTheOutput) {
   ASSERT_TRUE(json.ok()) << json.status();
   EXPECT_EQ(json->text.substr(0, 1), "{") << json->text;
 
+  request.mutable_constraint()->set_json_schema(
+      R"({"type": "array", "items": {"type": "integer", "minimum": 1,
+          "maximum": 9}, "minItems": 2, "maxItems": 4})");
+  request.set_max_tokens(64);
+  absl::StatusOr<Generated> list = GenerateAll(client(), request);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->final_message.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(list->text.front(), '[') << list->text;
+  EXPECT_EQ(list->text.back(), ']') << list->text;
+  EXPECT_EQ(list->text.find_first_not_of("[]123456789, \n\t"),
+            std::string::npos)
+      << list->text;
+  request.mutable_constraint()->set_json_schema(R"({"not": {}})");
+  absl::StatusOr<Generated> refused = GenerateAll(client(), request);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "constraint.json_schema cannot be honoured: "
+                                "`not` at #"))
+      << refused.status();
+
   request.mutable_constraint()->set_grammar("root ::= (");
   absl::StatusOr<Generated> bad = GenerateAll(client(), request);
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();

@@ -369,6 +369,19 @@ TEST_F(KvctlTest, GenerateFollowsAGrammarFile) {
   ASSERT_EQ(json.status.code, 0) << json.err;
   EXPECT_EQ(json.out.substr(0, 1), "{") << json.out;
 
+  const std::string schema = dir.File("schema.json");
+  ASSERT_TRUE(WriteTextFile(
+      schema, R"({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                  "required": ["ok"], "additionalProperties": false})"));
+  CommandResult structured =
+      Kvctl({"generate", "--json_schema=" + schema, "--seed=4",
+             "--temperature=1", "--max_tokens=40", "Status:"});
+  ASSERT_EQ(structured.status.code, 0) << structured.err;
+  EXPECT_TRUE(structured.out == "{\"ok\": true}\n" ||
+              structured.out == "{\"ok\": false}\n" ||
+              absl::StrContains(structured.out, "\"ok\""))
+      << structured.out;
+
   ASSERT_TRUE(WriteTextFile(grammar, "root ::= yes\n"));
   CommandResult bad = Kvctl({"generate", "--grammar=" + grammar, "x"});
   EXPECT_EQ(bad.status.code, 6) << bad.err;  // INVALID_ARGUMENT

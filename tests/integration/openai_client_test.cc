@@ -53,6 +53,7 @@ constexpr const char* kChecks[] = {
     "chat.n_choices",
     "completions.prompt_list",
     "chat.json_object",
+    "chat.json_schema",
 };
 
 constexpr int kMinNodeMajor = 20;  // package.json's "engines"

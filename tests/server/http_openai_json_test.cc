@@ -371,6 +371,19 @@ TEST(ParseChatRequestTest, RefusesWhatCannotBeServed) {
       {R"({"messages": [{"role": "user", "content": "x"}], "grammar": 5})",
        "`grammar` must be a string, got number"},
       {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_schema", "json_schema":
+           {"name": "t", "schema": {"type": "array", "uniqueItems": true,
+           "minItems": 2}}}})",
+       "`response_format.json_schema.schema` cannot be honoured: "
+       "`uniqueItems` at #: with minItems above 1"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_schema", "json_schema":
+           {"name": "t"}}})",
+       "needs `json_schema.schema`, an object"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "json_schema": {"not": {}}})",
+       "`json_schema` cannot be honoured: `not` at #"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
            "response_format": {"type": "json_object"},
            "grammar": "root ::= \"a\""})",
        "`grammar` cannot be given with `response_format`"},

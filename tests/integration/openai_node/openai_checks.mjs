@@ -399,5 +399,41 @@ await check('chat.json_object', async () => {
   return show(results);
 });
 
+// response_format json_schema (strict): the content parses and has the
+// schema's required fields with their types.
+await check('chat.json_schema', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      city: { type: 'string', maxLength: 16 },
+      population: { type: 'integer', minimum: 0 },
+      coastal: { type: 'boolean' },
+    },
+    required: ['city', 'population', 'coastal'],
+    additionalProperties: false,
+  };
+  const results = [];
+  for (const seed of [1, 2, 3]) {
+    const completion = await client.chat.completions.create({
+      model, messages: [{ role: 'user', content: 'A city, as JSON.' }],
+      max_tokens: 200, temperature: 1.0, seed,
+      response_format: { type: 'json_schema',
+                         json_schema: { name: 'city', strict: true, schema } } });
+    const choice = completion.choices[0];
+    if (choice.finish_reason === 'length') continue;
+    const value = JSON.parse(choice.message.content);
+    // maxLength counts code points, as JSON Schema does (not UTF-16 units).
+    expect(typeof value.city === 'string' && [...value.city].length <= 16,
+           `city ${show(value.city)}`);
+    expect(Number.isInteger(value.population) && value.population >= 0,
+           `population ${show(value.population)}`);
+    expect(typeof value.coastal === 'boolean', `coastal ${show(value.coastal)}`);
+    expect(Object.keys(value).length === 3, `keys ${show(Object.keys(value))}`);
+    results.push(choice.message.content);
+  }
+  expect(results.length > 0, 'every answer was cut by max_tokens');
+  return show(results);
+});
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
