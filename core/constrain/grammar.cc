@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "core/util/quote.h"
 
 namespace kvserve::constrain {
@@ -117,15 +118,24 @@ class Parser {
           absl::StrFormat("the grammar is %d bytes, more than the %d allowed",
                           text_.size(), limits_.max_text_bytes));
     }
+    const absl::Time deadline = absl::Now() + limits_.max_time;
     SkipSpace(/*newlines=*/true);
     while (pos_ < text_.size()) {
       if (absl::Status s = ParseRule(); !s.ok()) return s;
       SkipSpace(/*newlines=*/true);
+      if (absl::Now() > deadline) return TooSlow();
     }
+    deadline_ = deadline;
     return Build(root);
   }
 
  private:
+  absl::Status TooSlow() const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compiling the grammar took more than ",
+                     absl::FormatDuration(limits_.max_time), "; simplify it"));
+  }
+
   // --- errors and position ---
   std::pair<int, int> LineColumn(size_t pos) const {
     int line = 1, column = 1;
@@ -592,6 +602,7 @@ class Parser {
           absl::StrFormat("the grammar has no rule `%s` to start from", root));
     }
     if (absl::Status s = DropUnproductive(root_it->second); !s.ok()) return s;
+    if (absl::Now() > deadline_) return TooSlow();
     if (absl::Status s = CheckNotLeftRecursive(); !s.ok()) return s;
 
     Grammar g;
@@ -730,6 +741,7 @@ class Parser {
 
   const std::string_view text_;
   const GrammarLimits limits_;
+  absl::Time deadline_ = absl::InfiniteFuture();
   size_t pos_ = 0;
   std::vector<RawRule> rules_;
   absl::flat_hash_map<std::string, uint32_t> by_name_;

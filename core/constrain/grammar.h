@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace kvserve::constrain {
 
@@ -70,6 +71,9 @@ struct GrammarLimits {
   int64_t max_elements = 1 << 20;
   // The largest m or n of a {m,n} repetition.
   int max_repetition = 1000;
+  // Compilation past this is refused (a client's grammar must not hold a
+  // server thread).
+  absl::Duration max_time = absl::Seconds(2);
 };
 
 // Compiles GBNF text; `root` names the start rule. INVALID_ARGUMENT naming

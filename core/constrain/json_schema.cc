@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "core/constrain/gbnf_builder.h"
 #include "core/constrain/json_grammar.h"
 #include "core/constrain/regex_gbnf.h"
@@ -148,7 +149,9 @@ std::string IntegerRange(int64_t lo, int64_t hi) {
 class SchemaCompiler {
  public:
   SchemaCompiler(const Json& root, const JsonSchemaLimits& limits)
-      : root_(root), limits_(limits) {}
+      : root_(root),
+        limits_(limits),
+        deadline_(absl::Now() + limits.max_time) {}
 
   absl::StatusOr<std::string> Compile() {
     absl::StatusOr<std::string> expr = Visit(root_, "", 0);
@@ -354,6 +357,12 @@ class SchemaCompiler {
     }
     if (builder_.bytes() > limits_.max_grammar_bytes) {
       return Refuse("schema", ptr, "makes too large a grammar");
+    }
+    if (absl::Now() > deadline_) {
+      return Refuse(
+          "schema", ptr,
+          absl::StrCat("took more than ",
+                       absl::FormatDuration(limits_.max_time), " to compile"));
     }
     if (s.is_boolean()) {
       if (s.get<bool>()) return std::string("json-value");
@@ -1110,6 +1119,7 @@ class SchemaCompiler {
 
   const Json& root_;
   const JsonSchemaLimits limits_;
+  const absl::Time deadline_;
   GbnfBuilder builder_;
   absl::flat_hash_map<std::string, std::string> ref_rules_;
 };
@@ -1138,6 +1148,7 @@ absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
   absl::StatusOr<std::string> gbnf = JsonSchemaToGbnf(schema_json, limits);
   if (!gbnf.ok()) return gbnf.status();
   GrammarLimits g;
+  g.max_time = limits.max_time;
   g.max_text_bytes = limits.max_grammar_bytes;
   g.max_repetition = std::max(limits.max_count, 1000);
   g.max_elements = int64_t{4} << 20;

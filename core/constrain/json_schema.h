@@ -34,6 +34,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/constrain/grammar.h"
 
 namespace kvserve::constrain {
@@ -45,6 +46,8 @@ struct JsonSchemaLimits {
   int64_t max_grammar_bytes = 8 << 20;
   // The largest minLength / maxLength / minItems / maxItems written out.
   int max_count = 10000;
+  // Compilation past this is refused.
+  absl::Duration max_time = absl::Seconds(2);
 };
 
 // The GBNF of the JSON texts that validate against `schema_json` (its rule

@@ -316,6 +316,10 @@ TEST(GbnfTest, ErrorsNameWhereAndWhat) {
                   .status()
                   .message(),
               HasSubstr("expands to more than 100 elements"));
+  GrammarLimits instant;
+  instant.max_time = absl::ZeroDuration();
+  EXPECT_THAT(ParseGbnf(kJsonGbnf, "root", instant).status().message(),
+              HasSubstr("compiling the grammar took more than 0"));
   small.max_text_bytes = 8;
   EXPECT_THAT(
       ParseGbnf("root ::= \"abcdef\"", "root", small).status().message(),

@@ -208,6 +208,19 @@ TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPointer) {
        "`if` at #: conditional"},
       {"[1, 2", "the schema is not JSON"},
   };
+  JsonSchemaLimits instant;
+  instant.max_time = absl::ZeroDuration();
+  EXPECT_THAT(
+      CompileJsonSchema(R"({"type": "object"})", instant).status().message(),
+      HasSubstr("took more than 0 to compile"));
+  JsonSchemaLimits shallow;
+  shallow.max_depth = 3;
+  EXPECT_THAT(CompileJsonSchema(R"({"items": {"items": {"items": {"items":
+                  {"items": {}}}}}})",
+                                shallow)
+                  .status()
+                  .message(),
+              HasSubstr("nests deeper than 3 levels"));
   for (const Case& c : cases) {
     absl::StatusOr<std::shared_ptr<const Grammar>> g =
         CompileJsonSchema(c.schema);
