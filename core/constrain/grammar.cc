@@ -83,7 +83,7 @@ struct Sym {
   ByteSet bytes;
   std::string name;  // kRuleName
   uint32_t rule = 0;
-  int line = 0, column = 0;  // kRuleName: where it is used
+  size_t offset = 0;  // kRuleName: where it is used
 };
 using Seq = std::vector<Sym>;
 
@@ -137,6 +137,15 @@ class Parser {
   }
 
   // --- errors and position ---
+  // The line of `pos`, for rules as they are defined (in text order: the
+  // count goes on from the last call, so the whole parse stays linear).
+  int LineOf(size_t pos) {
+    if (pos < line_pos_) line_pos_ = 0, line_ = 1;
+    for (; line_pos_ < pos && line_pos_ < text_.size(); ++line_pos_) {
+      line_ += text_[line_pos_] == '\n';
+    }
+    return line_;
+  }
   std::pair<int, int> LineColumn(size_t pos) const {
     int line = 1, column = 1;
     for (size_t i = 0; i < pos && i < text_.size(); ++i) {
@@ -314,7 +323,7 @@ class Parser {
                           name, rules_[r].line));
     }
     rules_[r].defined = true;
-    rules_[r].line = LineColumn(start).first;
+    rules_[r].line = LineOf(start);
     std::vector<Seq> alternatives;
     if (absl::Status s = ParseAlternates(name, alternatives, false); !s.ok()) {
       return s;
@@ -552,12 +561,10 @@ class Parser {
         ++pos_;
         atom = {RuleSym(Helper(rule, std::move(alternatives)))};
       } else if (IsNameChar(c)) {
-        auto [line, column] = LineColumn(pos_);
         Sym s;
         s.kind = Sym::Kind::kRuleName;
+        s.offset = pos_;
         s.name = ParseName();
-        s.line = line;
-        s.column = column;
         atom = {std::move(s)};
       } else if (c == '<') {
         return Error(
@@ -587,10 +594,11 @@ class Parser {
           if (s.kind != Sym::Kind::kRuleName) continue;
           auto it = by_name_.find(s.name);
           if (it == by_name_.end() || !rules_[it->second].defined) {
+            auto [line, column] = LineColumn(s.offset);
             return absl::InvalidArgumentError(absl::StrFormat(
                 "grammar line %d column %d: rule `%s` is used but never "
                 "defined",
-                s.line, s.column, s.name));
+                line, column, s.name));
           }
           s = RuleSym(it->second);
         }
@@ -743,6 +751,8 @@ class Parser {
   const GrammarLimits limits_;
   absl::Time deadline_ = absl::InfiniteFuture();
   size_t pos_ = 0;
+  size_t line_pos_ = 0;  // LineOf's cursor: line_ is the line there
+  int line_ = 1;
   std::vector<RawRule> rules_;
   absl::flat_hash_map<std::string, uint32_t> by_name_;
   absl::flat_hash_map<std::string, uint32_t> class_rules_;

@@ -815,35 +815,21 @@ class SchemaCompiler {
                                               " ws \":\" ws ", value)));
     }
     // first[i]: the properties from i on when none is written yet; rest[i]:
-    // when one is (each after a comma). A property may be skipped only when
-    // it is optional.
+    // when one is (each after a comma). An optional property may be
+    // skipped: its rule falls through to the next one's (linear in the
+    // number of properties).
     const size_t n = kvs.size();
     std::vector<std::string> first(n + 1), rest(n + 1);
-    for (size_t i = n + 1; i-- > 0;) {
-      if (i == n) {
-        first[i] = rest[i] = "";
-        continue;
-      }
-      rest[i] = builder_.Reserve("props");
-      first[i] = builder_.Reserve("props");
-    }
+    first[n] = rest[n] = "\"\"";
     for (size_t i = n; i-- > 0;) {
-      std::vector<std::string> f, r;
-      bool may_end = true;
-      for (size_t j = i; j < n; ++j) {
-        f.push_back(absl::StrCat(kvs[j], " ", rest[j + 1]));
-        r.push_back(absl::StrCat(kSep, " ", kvs[j], " ", rest[j + 1]));
-        if (must[j]) {
-          may_end = false;
-          break;
-        }
-      }
-      if (may_end) {
-        f.push_back("\"\"");
-        r.push_back("\"\"");
-      }
-      builder_.Define(first[i], absl::StrJoin(f, " | "));
-      builder_.Define(rest[i], absl::StrJoin(r, " | "));
+      const std::string r = builder_.Add(
+          "props", absl::StrCat(kSep, " ", kvs[i], " ", rest[i + 1],
+                                must[i] ? "" : " | " + rest[i + 1]));
+      const std::string f = builder_.Add(
+          "props", absl::StrCat(kvs[i], " ", rest[i + 1],
+                                must[i] ? "" : " | " + first[i + 1]));
+      rest[i] = r;
+      first[i] = f;
     }
     return absl::StrCat("\"{\" ws ", first[0], " ws \"}\"");
   }
