@@ -73,6 +73,26 @@ std::string Escaped(uint32_t cp) {
 
 }  // namespace
 
+std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t& pos,
+                                       int digits) {
+  uint32_t v = 0;
+  for (int i = 0; i < digits; ++i, ++pos) {
+    const char c = pos < text.size() ? text[pos] : '\0';
+    int d;
+    if (c >= '0' && c <= '9') {
+      d = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      d = c - 'a' + 10;
+    } else if (c >= 'A' && c <= 'F') {
+      d = c - 'A' + 10;
+    } else {
+      return std::nullopt;
+    }
+    v = v * 16 + d;
+  }
+  return v;
+}
+
 std::string GbnfLiteral(std::string_view bytes) {
   std::string out = "\"";
   for (size_t i = 0; i < bytes.size(); ++i) {

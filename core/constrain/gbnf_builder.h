@@ -5,6 +5,7 @@
 #define KVSERVE_CORE_CONSTRAIN_GBNF_BUILDER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,6 +41,12 @@ class CodePointSet {
  private:
   std::vector<std::pair<uint32_t, uint32_t>> ranges_;
 };
+
+// The value of `digits` hex digits at text[pos...] (pos advanced past
+// them), or nullopt when one is missing. For the escapes of GBNF and
+// regular expressions.
+std::optional<uint32_t> ParseHexDigits(std::string_view text, size_t& pos,
+                                       int digits);
 
 // A GBNF string literal of these bytes ("..." with escapes).
 std::string GbnfLiteral(std::string_view bytes);

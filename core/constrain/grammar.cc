@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/constrain/gbnf_builder.h"
+#include "core/tokenizer/unicode.h"
 #include "core/util/quote.h"
 
 namespace kvserve::constrain {
@@ -19,21 +21,7 @@ constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 // A code point's UTF-8 bytes. REQUIRES: cp <= kMaxCodePoint.
 std::string EncodeUtf8(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  AppendUtf8(cp, out);
   return out;
 }
 
@@ -200,50 +188,21 @@ class Parser {
 
   // One code point of the text (UTF-8), or an error for invalid UTF-8.
   absl::StatusOr<uint32_t> DecodeOne() {
-    const auto b0 = static_cast<uint8_t>(text_[pos_]);
-    int n = b0 < 0x80           ? 1
-            : (b0 >> 5) == 0x6  ? 2
-            : (b0 >> 4) == 0xE  ? 3
-            : (b0 >> 3) == 0x1E ? 4
-                                : 0;
-    if (n == 0 || pos_ + n > text_.size()) {
-      return Error("invalid UTF-8 in the grammar");
-    }
-    uint32_t cp = n == 1 ? b0 : b0 & (0x7F >> n);
-    for (int i = 1; i < n; ++i) {
-      const auto b = static_cast<uint8_t>(text_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8 in the grammar");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return Error("invalid UTF-8 in the grammar");
-    }
-    pos_ += n;
-    return cp;
+    const Utf8Char c = DecodeUtf8At(text_, pos_);
+    if (!c.valid) return Error("invalid UTF-8 in the grammar");
+    pos_ += c.len;
+    return c.cp;
   }
 
   absl::StatusOr<uint32_t> ParseHex(int digits) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      const char c = Peek();
-      int d;
-      if (c >= '0' && c <= '9') {
-        d = c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        d = c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        d = c - 'A' + 10;
-      } else {
-        return Error(absl::StrFormat("expected %d hex digits", digits));
-      }
-      v = v * 16 + d;
-      ++pos_;
+    std::optional<uint32_t> v = ParseHexDigits(text_, pos_, digits);
+    if (!v.has_value()) {
+      return Error(absl::StrFormat("expected %d hex digits", digits));
     }
-    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) {
-      return Error(absl::StrFormat("U+%X is not a Unicode scalar value", v));
+    if (*v > kMaxCodePoint || (*v >= 0xD800 && *v <= 0xDFFF)) {
+      return Error(absl::StrFormat("U+%X is not a Unicode scalar value", *v));
     }
-    return v;
+    return *v;
   }
 
   // A character of a literal or class: itself or an escape.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/tokenizer/unicode.h"
 #include "core/util/quote.h"
 
 namespace kvserve::constrain {
@@ -151,41 +152,18 @@ class RegexParser {
   }
 
   absl::StatusOr<uint32_t> DecodeUtf8() {
-    const auto b0 = static_cast<uint8_t>(p_[pos_]);
-    const int n = b0 < 0x80           ? 1
-                  : (b0 >> 5) == 0x6  ? 2
-                  : (b0 >> 4) == 0xE  ? 3
-                  : (b0 >> 3) == 0x1E ? 4
-                                      : 0;
-    if (n == 0 || pos_ + n > p_.size()) return Error("invalid UTF-8");
-    uint32_t cp = n == 1 ? b0 : b0 & (0x7F >> n);
-    for (int i = 1; i < n; ++i) {
-      const auto b = static_cast<uint8_t>(p_[pos_ + i]);
-      if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    pos_ += n;
-    return cp;
+    const Utf8Char c = DecodeUtf8At(p_, pos_);
+    if (!c.valid) return Error("invalid UTF-8");
+    pos_ += c.len;
+    return c.cp;
   }
 
   absl::StatusOr<uint32_t> Hex(int digits) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; ++i) {
-      const char c = Peek();
-      int d;
-      if (c >= '0' && c <= '9') {
-        d = c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        d = c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        d = c - 'A' + 10;
-      } else {
-        return Error(absl::StrFormat("expected %d hex digits", digits));
-      }
-      v = v * 16 + d;
-      ++pos_;
+    std::optional<uint32_t> v = ParseHexDigits(p_, pos_, digits);
+    if (!v.has_value()) {
+      return Error(absl::StrFormat("expected %d hex digits", digits));
     }
-    return v;
+    return *v;
   }
 
   // After a backslash: the set it stands for (one code point, or a class

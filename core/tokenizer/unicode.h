@@ -4,6 +4,7 @@
 #ifndef KVSERVE_CORE_TOKENIZER_UNICODE_H_
 #define KVSERVE_CORE_TOKENIZER_UNICODE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,6 +21,8 @@ struct Utf8Char {
   bool valid = true;
 };
 std::vector<Utf8Char> SplitUtf8(std::string_view text);
+// The character at byte `i`. REQUIRES: i < text.size().
+Utf8Char DecodeUtf8At(std::string_view text, size_t i);
 
 void AppendUtf8(uint32_t cp, std::string& out);
 

@@ -617,15 +617,7 @@ TEST_F(HttpApiTest, RealWorldSchemasThroughTheServer) {
   std::map<std::string, Row> rows;
   std::vector<testing::SchemaCheck> checks;
   std::vector<std::string> names;
-  std::vector<std::filesystem::path> files;
-  for (const auto& dir : std::filesystem::directory_iterator(
-           testing::SharedDir() + "/jsonschema")) {
-    if (!dir.is_directory()) continue;
-    for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
-      if (f.path().extension() == ".json") files.push_back(f.path());
-    }
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::filesystem::path> files = testing::SharedJsonSchemas();
   ASSERT_GE(files.size(), 100u);
   for (const auto& path : files) {
     const std::string dataset = path.parent_path().filename().string();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/paths.h"
 #include "tests/testing/server_process.h"
 
 namespace kvserve::testing {
@@ -24,6 +26,19 @@ std::string ScriptPath() {
 }
 
 }  // namespace
+
+std::vector<std::filesystem::path> SharedJsonSchemas() {
+  std::vector<std::filesystem::path> files;
+  for (const auto& dir :
+       std::filesystem::directory_iterator(SharedDir() + "/jsonschema")) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
+      if (f.path().extension() == ".json") files.push_back(f.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
 
 std::string JsonschemaUnavailable() {
   if (access(kPython, X_OK) != 0) return "no /usr/bin/python3";

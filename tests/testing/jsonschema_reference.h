@@ -4,6 +4,7 @@
 #ifndef KVSERVE_TESTS_TESTING_JSONSCHEMA_REFERENCE_H_
 #define KVSERVE_TESTS_TESTING_JSONSCHEMA_REFERENCE_H_
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ struct SchemaCheck {
   std::string schema;    // the schema's JSON text
   std::string instance;  // the text to validate
 };
+
+// The real-world schemas of SharedDir()/jsonschema (<dataset>/<name>.json),
+// sorted.
+std::vector<std::filesystem::path> SharedJsonSchemas();
 
 // Why the reference cannot run on this machine; empty when it can.
 std::string JsonschemaUnavailable();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/constrain/grammar_automaton.h"
+#include "core/tokenizer/unicode.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -133,23 +134,10 @@ TEST(GbnfTest, Utf8RangeSequencesCoverExactlyTheRange) {
   };
   auto encode = [](uint32_t cp) {
     std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    AppendUtf8(cp, s);
     return s;
   };
+
   const std::vector<std::pair<uint32_t, uint32_t>> ranges = {
       {0x41, 0x5A},     {0x70, 0x900},     {0x7FF, 0x801},
       {0xD000, 0xE100}, {0xFFF0, 0x10010}, {0x10FF00, 0x10FFFF}};

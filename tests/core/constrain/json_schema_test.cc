@@ -331,15 +331,7 @@ std::optional<std::string> RandomSentence(GrammarAutomaton& a,
 TEST(JsonSchemaTest, SharedSchemasCompileOrAreRefusedAndTheirTextsValidate) {
   const std::string unavailable = testing::JsonschemaUnavailable();
   if (!unavailable.empty()) GTEST_SKIP() << unavailable;
-  std::vector<std::filesystem::path> files;
-  for (const auto& dir : std::filesystem::directory_iterator(
-           testing::SharedDir() + "/jsonschema")) {
-    if (!dir.is_directory()) continue;
-    for (const auto& f : std::filesystem::directory_iterator(dir.path())) {
-      if (f.path().extension() == ".json") files.push_back(f.path());
-    }
-  }
-  std::sort(files.begin(), files.end());
+  const std::vector<std::filesystem::path> files = testing::SharedJsonSchemas();
   ASSERT_GE(files.size(), 100u);
   std::vector<testing::SchemaCheck> checks;
   std::vector<std::string> names;
