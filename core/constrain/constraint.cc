@@ -36,6 +36,12 @@ Constraint::Constraint(std::shared_ptr<const Grammar> grammar,
       state_(automaton_.start()) {}
 
 absl::StatusOr<const std::vector<uint64_t>*> Constraint::Allowed() {
+  if (state_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the grammar needs more than %d parser states or stacks at byte %d "
+        "of the output; simplify it",
+        automaton_.num_states(), bytes_accepted_));
+  }
   if (auto it = masks_.find(state_); it != masks_.end()) return &it->second;
   std::vector<uint64_t> mask;
   if (!vocab_->trie().Allowed(automaton_, state_, mask)) {

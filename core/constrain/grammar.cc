@@ -1,7 +1,6 @@
 #include "core/constrain/grammar.h"
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <utility>
 
@@ -669,34 +668,77 @@ class Parser {
         }
       }
     }
-    // left[r]: the rules r may start with.
-    std::vector<std::vector<uint32_t>> left(n);
+    // left[r]: the rules r may start with, and whether by a tail call (a
+    // reference that ends its alternative). The matcher expands a tail call
+    // on the same stack, and each (position, stack) once per step
+    // (grammar_automaton.h), so a cycle of tail calls is harmless (`(
+    // [x]* )*`); a cycle with any other reference grows the stack for ever
+    // (`a ::= a "x"`) and is refused.
+    struct Edge {
+      uint32_t to;
+      bool tail;
+    };
+    std::vector<std::vector<Edge>> left(n);
     for (size_t r = 0; r < n; ++r) {
       for (const Seq& alt : rules_[r].alternatives) {
-        for (const Sym& s : alt) {
+        for (size_t i = 0; i < alt.size(); ++i) {
+          const Sym& s = alt[i];
           if (s.kind != Sym::Kind::kRule) break;
-          left[r].push_back(s.rule);
+          left[r].push_back({s.rule, i + 1 == alt.size()});
           if (!nullable[s.rule]) break;
         }
       }
     }
-    // Depth-first search for a cycle; 0 new, 1 on the path, 2 done.
-    std::vector<int> color(n, 0);
-    std::optional<uint32_t> cyclic;
-    std::function<void(uint32_t)> visit = [&](uint32_t r) {
-      color[r] = 1;
-      for (uint32_t next : left[r]) {
-        if (cyclic.has_value()) return;
-        if (color[next] == 1) {
-          cyclic = next;
-          return;
+    // Tarjan's strongly connected components, iteratively.
+    std::vector<int> index(n, -1), low(n, 0), component(n, -1);
+    std::vector<bool> on_stack(n, false);
+    std::vector<uint32_t> stack;
+    int next_index = 0, components = 0;
+    for (uint32_t root = 0; root < n; ++root) {
+      if (index[root] >= 0) continue;
+      std::vector<std::pair<uint32_t, size_t>> work = {{root, 0}};
+      index[root] = low[root] = next_index++;
+      stack.push_back(root);
+      on_stack[root] = true;
+      while (!work.empty()) {
+        auto& [v, i] = work.back();
+        if (i < left[v].size()) {
+          const uint32_t w = left[v][i++].to;
+          if (index[w] < 0) {
+            index[w] = low[w] = next_index++;
+            stack.push_back(w);
+            on_stack[w] = true;
+            work.push_back({w, 0});
+          } else if (on_stack[w]) {
+            low[v] = std::min(low[v], index[w]);
+          }
+          continue;
         }
-        if (color[next] == 0) visit(next);
+        if (low[v] == index[v]) {
+          uint32_t w;
+          do {
+            w = stack.back();
+            stack.pop_back();
+            on_stack[w] = false;
+            component[w] = components;
+          } while (w != v);
+          ++components;
+        }
+        const uint32_t done = v;
+        work.pop_back();
+        if (!work.empty()) {
+          low[work.back().first] = std::min(low[work.back().first], low[done]);
+        }
       }
-      color[r] = 2;
-    };
+    }
+    std::optional<uint32_t> cyclic;
     for (uint32_t r = 0; r < n && !cyclic.has_value(); ++r) {
-      if (color[r] == 0) visit(r);
+      for (const Edge& e : left[r]) {
+        if (!e.tail && component[e.to] == component[r]) {
+          cyclic = r;
+          break;
+        }
+      }
     }
     if (!cyclic.has_value()) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(

@@ -15,6 +15,7 @@ GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
   for (uint32_t alt : grammar_->alternatives[grammar_->root]) {
     Expand(alt, kNoParent, stacks, accept);
   }
+  expanded_.clear();
   start_ = InternState(std::move(stacks), accept);
 }
 
@@ -34,31 +35,49 @@ int32_t GrammarAutomaton::InternStack(uint32_t pos, int32_t parent) {
 void GrammarAutomaton::Expand(uint32_t pos, int32_t parent,
                               std::vector<int32_t>& out, bool& accept) {
   const Grammar& g = *grammar_;
-  // Finished alternatives return to the stack below, whose position is
-  // already past the rule reference.
-  while (g.elements[pos].kind == Kind::kEnd) {
-    if (parent == kNoParent) {
-      accept = true;
-      return;
+  // A work list, not recursion: nested repetitions can chain a million
+  // expansions, more than a thread's stack holds.
+  std::vector<std::pair<uint32_t, int32_t>> work = {{pos, parent}};
+  while (!work.empty() && !overflow_) {
+    auto [p, below] = work.back();
+    work.pop_back();
+    // Finished alternatives return to the stack below, whose position is
+    // already past the rule reference.
+    bool accepted = false;
+    while (g.elements[p].kind == Kind::kEnd) {
+      if (below == kNoParent) {
+        accepted = true;
+        break;
+      }
+      p = stacks_[below].pos;
+      below = stacks_[below].parent;
     }
-    pos = stacks_[parent].pos;
-    parent = stacks_[parent].parent;
-  }
-  const Grammar::Element& e = g.elements[pos];
-  if (e.kind == Kind::kBytes) {
-    out.push_back(InternStack(pos, parent));
-    return;
-  }
-  // A rule reference: each alternative on top of the continuation. No
-  // rule reaches itself this way (the grammar is not left-recursive). A
-  // reference that ends its alternative continues where the alternative
-  // would return to (a tail call), so that repetition (`x*` is
-  // `r ::= x r | ""`) does not grow the stack.
-  const int32_t continuation = g.elements[pos + 1].kind == Kind::kEnd
-                                   ? parent
-                                   : InternStack(pos + 1, parent);
-  for (uint32_t alt : g.alternatives[e.index]) {
-    Expand(alt, continuation, out, accept);
+    if (accepted) {
+      accept = true;
+      continue;
+    }
+    // Each (position, stack below) is expanded once per closure: the same
+    // pair expands to the same stacks, and a repetition of something that
+    // may be empty (`( [x]* )*`) comes back to the pair it started from.
+    const uint64_t key = (uint64_t{p} << 32) | static_cast<uint32_t>(below + 1);
+    if (!expanded_.insert(key).second) continue;
+    const Grammar::Element& e = g.elements[p];
+    if (e.kind == Kind::kBytes) {
+      out.push_back(InternStack(p, below));
+      continue;
+    }
+    // A rule reference: each alternative on top of the continuation. A
+    // reference that ends its alternative continues where the alternative
+    // would return to (a tail call), so that repetition (`x*` is
+    // `r ::= x r | ""`) does not grow the stack. Any other reference to a
+    // rule it is expanding would grow it for ever: ParseGbnf refuses such
+    // left recursion.
+    const int32_t continuation = g.elements[p + 1].kind == Kind::kEnd
+                                     ? below
+                                     : InternStack(p + 1, below);
+    for (uint32_t alt : g.alternatives[e.index]) {
+      work.emplace_back(alt, continuation);
+    }
   }
 }
 
@@ -100,6 +119,7 @@ int32_t GrammarAutomaton::Next(int32_t state, uint8_t byte) {
     if (!g.byte_sets[g.elements[s.pos].index].Has(byte)) continue;
     Expand(s.pos + 1, s.parent, stacks, accept);
   }
+  expanded_.clear();
   const int32_t to = InternState(std::move(stacks), accept);
   states_[state].next[byte] = to;
   return to;

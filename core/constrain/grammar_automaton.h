@@ -26,13 +26,16 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "core/constrain/grammar.h"
 
 namespace kvserve::constrain {
 
 struct AutomatonLimits {
   int64_t max_states = 1 << 18;
-  int64_t max_stacks = 1 << 22;
+  // Bounds the memory and, as a closure interns each stack it makes, the
+  // time of one step (about a second on the engine thread at the limit).
+  int64_t max_stacks = 1 << 20;
 };
 
 class GrammarAutomaton {
@@ -45,7 +48,7 @@ class GrammarAutomaton {
   explicit GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
                             const AutomatonLimits& limits = {});
 
-  // The state before any byte.
+  // The state before any byte; kOverflow when even that passed the limits.
   int32_t start() const { return start_; }
   // The state after `byte` in `state`: kDead or kOverflow when none.
   // REQUIRES: state >= 0.
@@ -61,10 +64,16 @@ class GrammarAutomaton {
 
   // The state after `bytes` (kDead or kOverflow as soon as one is).
   int32_t Walk(int32_t state, std::string_view bytes);
-  // The text so far is a whole sentence of the grammar.
-  bool CanEnd(int32_t state) const { return states_[state].accept; }
-  // No byte can follow (the grammar is complete and allows nothing more).
-  bool IsFinal(int32_t state) const { return states_[state].stacks.empty(); }
+  // The text so far is a whole sentence of the grammar (never for kDead or
+  // kOverflow).
+  bool CanEnd(int32_t state) const {
+    return state >= 0 && states_[state].accept;
+  }
+  // No byte can follow (the grammar is complete and allows nothing more;
+  // so too for kDead and kOverflow).
+  bool IsFinal(int32_t state) const {
+    return state < 0 || states_[state].stacks.empty();
+  }
 
   const Grammar& grammar() const { return *grammar_; }
   int64_t num_states() const { return states_.size(); }
@@ -94,6 +103,8 @@ class GrammarAutomaton {
   absl::flat_hash_map<uint64_t, int32_t> stack_ids_;
   std::vector<State> states_;
   absl::flat_hash_map<std::vector<int32_t>, int32_t> state_ids_;
+  // The (position, stack below) pairs the closure being computed expanded.
+  absl::flat_hash_set<uint64_t> expanded_;
   bool overflow_ = false;
   int32_t start_ = kDead;
 };

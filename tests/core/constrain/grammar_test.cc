@@ -4,6 +4,7 @@
 // and every error a client's grammar can get.
 #include "core/constrain/grammar.h"
 
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -286,7 +287,12 @@ TEST(GbnfTest, ErrorsNameWhereAndWhat) {
        "line 2 column 1: rule `root` is defined twice (first on line 1)"},
       {"root ::= root \"a\" | \"b\"\n", "rule `root` is left-recursive"},
       {"root ::= x \"a\"\nx ::= \"\" | root\n", "is left-recursive"},
-      {"root ::= (\"a\"?)*\n", "is left-recursive"},
+      {"root ::= x \"a\"\nx ::= \"b\" | \"\" root\n", "is left-recursive"},
+      {"root ::= asdf\nasdf ::= \"a\" | foo \"b\"\nfoo ::= \"c\" | asdf "
+       "\"d\"\n",
+       "is left-recursive"},
+      {"root ::= r\nr ::= \"a\" | e r \"d\"\ne ::= \"x\" | \n",
+       "is left-recursive"},
       {"root ::= \"x\" root\n", "rule `root` matches no finite text"},
       {"root ::= <|im_end|>\n", "token references"},
       {"root ::= \"a\" @\n", "line 1 column 14: unexpected \"@\""},
@@ -312,6 +318,80 @@ TEST(GbnfTest, ErrorsNameWhereAndWhat) {
   EXPECT_THAT(
       ParseGbnf("root ::= \"abcdef\"", "root", small).status().message(),
       HasSubstr("more than the 8 allowed"));
+}
+
+// The grammars llama.cpp's grammar tests exercise (our own strings): the
+// same behaviour, byte by byte. Token references (<[id]>) are refused here
+// (ErrorsNameWhereAndWhat).
+TEST(GbnfTest, LlamaCppGrammarsBehaveAlike) {
+  struct Case {
+    const char* gbnf;
+    std::vector<std::string> yes, no;
+  };
+  const std::vector<Case> cases = {
+      {R"g(root ::= expr
+expr ::= term ("+" term)*
+term ::= number
+number ::= [0-9]+)g",
+       {"7", "3+4+5", "10+200"},
+       {"+", "3+", "1+2+", "9b9", ""}},
+      {R"g(root ::= expression
+expression ::= term ws (("+"|"-") ws term)*
+term ::= factor ws (("*"|"/") ws factor)*
+factor ::= number | variable | "(" expression ")" | function-call
+number ::= [0-9]+
+variable ::= [a-zA-Z_][a-zA-Z0-9_]*
+function-call ::= variable ws "(" (expression ("," ws expression)*)? ")"
+ws ::= [ \t\n\r]?)g",
+       {"a+b*(c-2)", "f(x, g(y))", "x * (y + 1)", "g()", "n1/n2-3"},
+       {"(a", "f(,)", "a * / b", "x +", "f(x y)", "1 + 2)"}},
+      // A multi-byte character is one `.`.
+      {R"g(root ::= ... "abc" ...)g",
+       {"xyzabcxyz",
+        "\xC3\xA9\xC3\xA8\xC3\xAA"
+        "abc\xC3\xB1\xC3\xB6\xC3\xBC"},
+       {"xyabcxyz", "xyzabcxy", "xyzabcxyzz"}},
+      {R"g(root ::= "a"*)g", {"", "a", std::string(60, 'a')}, {"b", "ab"}},
+      {R"g(root ::= "a"+)g", {"a", std::string(60, 'a')}, {"", "b", "aab"}},
+      {R"g(root ::= "a"?)g", {"", "a"}, {"aa", "b"}},
+      {R"g(root ::= cons+ vowel* cons? (vowel cons)*
+vowel ::= [aeiouy]
+cons ::= [bcdfghjklmnpqrstvwxyz])g",
+       {"by", "stop", "hmm", "kayak"},
+       {"bb!", "ab", "stopp!"}},
+      {R"g(root ::= [ab]{4})g", {"abab", "bbbb"}, {"aba", "ababa"}},
+      {R"g(root ::= [ab]{4,})g", {"aaaa", "abababab"}, {"", "aab"}},
+      {R"g(root ::= [ab]{0,4})g", {"", "b", "abba"}, {"ababa"}},
+      {R"g(root ::= ("0x" [A-F0-9]{2} " "?){3,5})g",
+       {"0x00 0x1F 0xAB", "0x00 0x01 0x02 0x03 0x04"},
+       {"", "0x00", "0x00 0x01", "0x00 0x01 0x02 0x03 0x04 0x05",
+        "0xab 0x00 0x00"}},
+      // Repetitions of what may be empty.
+      {R"g(root ::= ( [x]* )*)g", {"", "x", "xxx"}, {"y", "xy"}},
+      {R"g(root ::= ("a"?)*)g", {"", "a", "aaa"}, {"b"}},
+  };
+  for (const Case& c : cases) {
+    auto g = Compile(c.gbnf);
+    ASSERT_NE(g, nullptr) << c.gbnf;
+    GrammarAutomaton a(g);
+    for (const std::string& t : c.yes) {
+      EXPECT_TRUE(Accepts(a, t))
+          << c.gbnf << "\n  should accept \"" << t << "\"";
+    }
+    for (const std::string& t : c.no) {
+      EXPECT_FALSE(Accepts(a, t))
+          << c.gbnf << "\n  should refuse \"" << t << "\"";
+    }
+  }
+  // Nested repetitions of what may be empty: each (position, stack) is
+  // expanded once per step, and the limits stop the rest, never a hang.
+  auto nested = Compile(
+      R"(root ::= (((((([^x]*){0,99}){0,99}){0,99}){0,99}){0,99}){0,99})");
+  ASSERT_NE(nested, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  GrammarAutomaton n(nested);
+  if (n.start() >= 0) n.Walk(n.start(), "abc");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 // Unproductive alternatives are dropped: every live state can still end.
