@@ -74,13 +74,13 @@ absl::StatusOr<std::shared_ptr<const constrain::Grammar>> FromProto(
       if (!constraint.json_object()) return nullptr;
       return constrain::JsonObjectGrammar();
     case v1::Constraint::kGrammar: {
-      absl::StatusOr<constrain::Grammar> g =
-          constrain::ParseGbnf(constraint.grammar());
+      absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =
+          constrain::CompileGbnf(constraint.grammar());
       if (!g.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "constraint.grammar does not compile: ", g.status().message()));
       }
-      return std::make_shared<const constrain::Grammar>(*std::move(g));
+      return *std::move(g);
     }
     case v1::Constraint::kJsonSchema: {
       absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =

@@ -48,7 +48,9 @@ class ConstraintVocabulary {
 
 class Constraint {
  public:
-  static constexpr int64_t kMaxMaskCacheBytes = int64_t{32} << 20;
+  // Per sequence: 64 running constrained sequences keep at most 256 MiB of
+  // masks (about 320 states each at 102,400 tokens).
+  static constexpr int64_t kMaxMaskCacheBytes = int64_t{4} << 20;
 
   Constraint(std::shared_ptr<const Grammar> grammar,
              std::shared_ptr<const ConstraintVocabulary> vocab);

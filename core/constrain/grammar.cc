@@ -776,4 +776,11 @@ absl::StatusOr<Grammar> ParseGbnf(std::string_view text, std::string_view root,
   return Parser(text, limits).Parse(root);
 }
 
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileGbnf(
+    std::string_view text, const GrammarLimits& limits) {
+  absl::StatusOr<Grammar> g = ParseGbnf(text, "root", limits);
+  if (!g.ok()) return g.status();
+  return std::make_shared<const Grammar>(*std::move(g));
+}
+
 }  // namespace kvserve::constrain

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,10 @@ struct GrammarLimits {
 absl::StatusOr<Grammar> ParseGbnf(std::string_view text,
                                   std::string_view root = "root",
                                   const GrammarLimits& limits = {});
+
+// ParseGbnf's grammar, shared (as GenerateParams holds it).
+absl::StatusOr<std::shared_ptr<const Grammar>> CompileGbnf(
+    std::string_view text, const GrammarLimits& limits = {});
 
 // The UTF-8 byte sequences of code points [lo, hi] (surrogates excluded):
 // each a list of (first, last) byte ranges, one per byte of the encoding.

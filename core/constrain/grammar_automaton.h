@@ -32,7 +32,8 @@
 namespace kvserve::constrain {
 
 struct AutomatonLimits {
-  int64_t max_states = 1 << 18;
+  // 1 KiB of transitions each: at most 64 MiB per sequence.
+  int64_t max_states = 1 << 16;
   // Bounds the memory and, as a closure interns each stack it makes, the
   // time of one step (about a second on the engine thread at the limit).
   int64_t max_stacks = 1 << 20;

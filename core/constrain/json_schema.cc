@@ -256,15 +256,15 @@ class SchemaCompiler {
       if (!inner.ok()) return inner.status();
       Json rest = s;
       rest.erase("$ref");
-      return Merge(*inner, rest, ptr, depth + 1);
+      return Merge(*inner, rest, ptr);
     }
     return s;
   }
 
   // allOf's combination of two schema objects, for the keywords kvserve
   // can combine; others must agree.
-  absl::StatusOr<Json> Merge(Json a, const Json& b, const std::string& ptr,
-                             int depth) const {
+  absl::StatusOr<Json> Merge(Json a, const Json& b,
+                             const std::string& ptr) const {
     for (const auto& [key, value] : b.items()) {
       if (!a.contains(key)) {
         a[key] = value;
@@ -344,7 +344,6 @@ class SchemaCompiler {
                       "kvserve cannot combine");
       }
     }
-    (void)depth;
     return a;
   }
 
@@ -419,7 +418,7 @@ class SchemaCompiler {
         const std::string p = absl::StrCat(ptr, "/allOf/", i);
         absl::StatusOr<Json> branch = Inline(all[i], p, depth + 1);
         if (!branch.ok()) return branch.status();
-        absl::StatusOr<Json> m = Merge(merged, *branch, p, depth + 1);
+        absl::StatusOr<Json> m = Merge(merged, *branch, p);
         if (!m.ok()) return m.status();
         merged = *std::move(m);
       }
@@ -439,7 +438,7 @@ class SchemaCompiler {
         const std::string p = absl::StrCat(ptr, "/", key, "/", i);
         absl::StatusOr<Json> branch = Inline(branches[i], p, depth + 1);
         if (!branch.ok()) return branch.status();
-        absl::StatusOr<Json> m = Merge(base, *branch, p, depth + 1);
+        absl::StatusOr<Json> m = Merge(base, *branch, p);
         if (!m.ok()) return m.status();
         absl::StatusOr<std::string> expr = Visit(*m, p, depth + 1);
         if (!expr.ok()) return expr.status();
@@ -564,12 +563,7 @@ class SchemaCompiler {
   absl::Status CheckDisjoint(const std::vector<Json>& branches,
                              const std::string& ptr, int depth) const {
     std::vector<std::set<std::string>> types;
-    std::vector<Json> resolved;
-    for (const Json& b : branches) {
-      Json r = b;
-      types.push_back(Types(r));
-      resolved.push_back(r);
-    }
+    for (const Json& b : branches) types.push_back(Types(b));
     auto normalized = [](std::set<std::string> t) {
       if (t.count("integer")) t.insert("number");
       return t;
@@ -580,7 +574,7 @@ class SchemaCompiler {
         bool overlap = false;
         for (const std::string& t : ti) overlap = overlap || tj.count(t);
         if (!overlap) continue;
-        const auto vi = Values(resolved[i]), vj = Values(resolved[j]);
+        const auto vi = Values(branches[i]), vj = Values(branches[j]);
         if (vi && vj) {
           bool shared = false;
           for (const Json& v : *vi) {
@@ -590,7 +584,7 @@ class SchemaCompiler {
           if (!shared) continue;
         }
         if (ti == std::set<std::string>{"object"} && ti == tj &&
-            Discriminated(resolved[i], resolved[j], ptr, depth)) {
+            Discriminated(branches[i], branches[j], ptr, depth)) {
           continue;
         }
         return Refuse("oneOf", ptr,
@@ -1056,14 +1050,6 @@ class SchemaCompiler {
                     bound("exclusiveMaximum", hi, hi_open, false, true)}) {
       if (!st.ok()) return st;
     }
-    if (s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean() &&
-        s["exclusiveMinimum"].get<bool>()) {
-      lo_open = true;
-    }
-    if (s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean() &&
-        s["exclusiveMaximum"].get<bool>()) {
-      hi_open = true;
-    }
     if (!lo.has_value() && !hi.has_value()) {
       return std::string(integer ? "json-integer" : "json-number");
     }
@@ -1138,14 +1124,15 @@ absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
   g.max_text_bytes = limits.max_grammar_bytes;
   g.max_repetition = std::max(limits.max_count, 1000);
   g.max_elements = int64_t{4} << 20;
-  absl::StatusOr<Grammar> grammar = ParseGbnf(*gbnf, "root", g);
+  absl::StatusOr<std::shared_ptr<const Grammar>> grammar =
+      CompileGbnf(*gbnf, g);
   if (!grammar.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the schema's grammar does not compile (a bug in kvserve's schema "
         "compiler, or a limit passed): ",
         grammar.status().message()));
   }
-  return std::make_shared<const Grammar>(*std::move(grammar));
+  return grammar;
 }
 
 }  // namespace kvserve::constrain

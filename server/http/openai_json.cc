@@ -226,13 +226,14 @@ void ReadConstraint(FieldReader& f, GenerateParams& p) {
     }
   }
   if (std::optional<std::string> gbnf = f.String("grammar")) {
-    absl::StatusOr<constrain::Grammar> g = constrain::ParseGbnf(*gbnf);
+    absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =
+        constrain::CompileGbnf(*gbnf);
     if (!g.ok()) {
       f.Invalid("grammar",
                 absl::StrCat("does not compile: ", g.status().message()));
       return;
     }
-    p.grammar = std::make_shared<const constrain::Grammar>(*std::move(g));
+    p.grammar = *std::move(g);
     given.push_back("grammar");
   }
   if (const Json* schema = f.Find("json_schema")) {
