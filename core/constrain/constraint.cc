@@ -29,63 +29,130 @@ ConstraintVocabulary::ConstraintVocabulary(const Tokenizer& tokenizer)
   }
 }
 
-Constraint::Constraint(std::shared_ptr<const Grammar> grammar,
-                       std::shared_ptr<const ConstraintVocabulary> vocab)
-    : vocab_(std::move(vocab)),
-      automaton_(std::move(grammar)),
-      state_(automaton_.start()) {}
+GrammarMatcher::GrammarMatcher(
+    std::shared_ptr<const Grammar> grammar,
+    std::shared_ptr<const ConstraintVocabulary> vocab)
+    : vocab_(std::move(vocab)), automaton_(std::move(grammar)) {}
+
+std::shared_ptr<const TokenMask> GrammarMatcher::Mask(int32_t state) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = masks_.find(state); it != masks_.end()) return it->second;
+  }
+  // The walk runs unlocked: sequences in other states walk meanwhile (two
+  // reaching a new state at once both walk it; the results are equal).
+  auto mask = std::make_shared<TokenMask>();
+  if (!vocab_->trie().Allowed(automaton_, state, mask->bits)) return nullptr;
+  masks_computed_.fetch_add(1, std::memory_order_relaxed);
+  for (uint64_t w : mask->bits) mask->any = mask->any || w != 0;
+  if (automaton_.CanEnd(state)) {
+    for (int32_t id : vocab_->end_tokens()) {
+      mask->bits[id >> 6] |= uint64_t{1} << (id & 63);
+      mask->any = true;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mask_bytes_ > kMaxMaskBytes) {
+    masks_.clear();
+    mask_bytes_ = 0;
+  }
+  auto [it, added] = masks_.try_emplace(state, std::move(mask));
+  if (added) mask_bytes_ += it->second->bits.size() * sizeof(uint64_t);
+  return it->second;
+}
+
+namespace {
+
+// Two grammars with equal keys are the same grammar (rule names aside).
+std::string GrammarKey(const Grammar& g) {
+  std::string key;
+  auto put = [&key](uint64_t v) {
+    key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  put(g.root);
+  put(g.elements.size());
+  for (const Grammar::Element& e : g.elements) {
+    put((uint64_t{e.index} << 8) | static_cast<uint8_t>(e.kind));
+  }
+  put(g.byte_sets.size());
+  for (const ByteSet& b : g.byte_sets) {
+    for (uint64_t w : b.bits()) put(w);
+  }
+  put(g.alternatives.size());
+  for (const std::vector<uint32_t>& alts : g.alternatives) {
+    put(alts.size());
+    for (uint32_t a : alts) put(a);
+  }
+  return key;
+}
+
+}  // namespace
+
+MatcherCache::MatcherCache(std::shared_ptr<const ConstraintVocabulary> vocab)
+    : vocab_(std::move(vocab)) {}
+
+std::shared_ptr<GrammarMatcher> MatcherCache::Get(
+    std::shared_ptr<const Grammar> grammar) {
+  std::string key = GrammarKey(*grammar);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find_if(lru_.begin(), lru_.end(),
+                         [&](const auto& e) { return e.first == key; });
+  if (it != lru_.end()) {
+    lru_.splice(lru_.begin(), lru_, it);
+    return lru_.front().second;
+  }
+  lru_.emplace_front(std::move(key), std::make_shared<GrammarMatcher>(
+                                         std::move(grammar), vocab_));
+  std::shared_ptr<GrammarMatcher> matcher = lru_.front().second;
+  // Drop the least recently used idle matchers past kMaxIdle (those in use
+  // stay: their sequences hold them anyway).
+  int idle = 0;
+  for (auto e = lru_.begin(); e != lru_.end();) {
+    if (e->second.use_count() == 1 && ++idle > kMaxIdle) {
+      e = lru_.erase(e);
+    } else {
+      ++e;
+    }
+  }
+  return matcher;
+}
+
+Constraint::Constraint(std::shared_ptr<GrammarMatcher> matcher)
+    : matcher_(std::move(matcher)), state_(automaton().start()) {}
 
 absl::StatusOr<const std::vector<uint64_t>*> Constraint::Allowed() {
-  if (state_ < 0) {
+  if (state_ >= 0) mask_ = matcher_->Mask(state_);
+  if (state_ < 0 || mask_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the grammar needs more than %d parser states or stacks at byte %d "
         "of the output; simplify it",
-        automaton_.num_states(), bytes_accepted_));
+        automaton().num_states(), bytes_accepted_));
   }
-  if (auto it = masks_.find(state_); it != masks_.end()) return &it->second;
-  std::vector<uint64_t> mask;
-  if (!vocab_->trie().Allowed(automaton_, state_, mask)) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the grammar needs more than %d parser states at byte %d of the "
-        "output; simplify it",
-        automaton_.num_states(), bytes_accepted_));
-  }
-  bool any = false;
-  for (uint64_t w : mask) any = any || w != 0;
-  if (CanEnd()) {
-    for (int32_t id : vocab_->end_tokens()) {
-      mask[id >> 6] |= uint64_t{1} << (id & 63);
-      any = true;
-    }
-  }
-  if (!any) {
+  if (!mask_->any) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "no token of the vocabulary can continue the grammar at byte %d of "
         "the output",
         bytes_accepted_));
   }
-  if (bytes_cached_ > kMaxMaskCacheBytes) {
-    masks_.clear();
-    bytes_cached_ = 0;
-  }
-  bytes_cached_ += mask.size() * sizeof(uint64_t);
-  return &(masks_[state_] = std::move(mask));
+  return &mask_->bits;
 }
 
 absl::Status Constraint::Accept(int32_t token) {
-  if (token < 0 || token >= vocab_->vocab_size()) {
+  const ConstraintVocabulary& vocab = matcher_->vocab();
+  if (token < 0 || token >= vocab.vocab_size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("token %d is outside the vocabulary", token));
   }
-  const std::string& bytes = vocab_->bytes(token);
+  const std::string& bytes = vocab.bytes(token);
   // An end of generation where the grammar may end leaves it there.
   if (bytes.empty() && CanEnd() &&
-      std::find(vocab_->end_tokens().begin(), vocab_->end_tokens().end(),
-                token) != vocab_->end_tokens().end()) {
+      std::find(vocab.end_tokens().begin(), vocab.end_tokens().end(), token) !=
+          vocab.end_tokens().end()) {
     return absl::OkStatus();
   }
-  const int32_t next =
-      bytes.empty() ? GrammarAutomaton::kDead : automaton_.Walk(state_, bytes);
+  const int32_t next = bytes.empty()
+                           ? GrammarAutomaton::kDead
+                           : matcher_->automaton().Walk(state_, bytes);
   if (next < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "token %d does not continue the grammar at byte %d of the output",

@@ -7,17 +7,25 @@
 // TokenTrie, and the end-of-generation tokens. Those are allowed exactly
 // where the grammar may end; control tokens never.
 //
-// A state's mask is kept (states recur: a string's content, a list's next
-// item), so a state costs its trie walk once per sequence; the cache is
-// dropped when it passes kMaxMaskCacheBytes.
+// GrammarMatcher is a grammar's side, shared by every sequence decoding
+// with it (MatcherCache finds it by the grammar's content, so requests
+// that compile the same schema share it too): the automaton, and the mask
+// of each state a sequence reached. States recur (a string's content, a
+// list's next item, the same object in n choices or in the next request),
+// so a state costs its trie walk once, whichever sequence reaches it
+// first; the masks are dropped when they pass kMaxMaskBytes.
 //
-// Thread-safety: ConstraintVocabulary is immutable (share it); a Constraint
-// is one sequence's, used by one thread at a time.
+// Thread-safety: ConstraintVocabulary is immutable and GrammarMatcher and
+// MatcherCache thread-safe (the engine samples a step's sequences in
+// parallel); a Constraint is one sequence's, used by one thread at a time.
 #ifndef KVSERVE_CORE_CONSTRAIN_CONSTRAINT_H_
 #define KVSERVE_CORE_CONSTRAIN_CONSTRAINT_H_
 
+#include <atomic>
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,20 +54,69 @@ class ConstraintVocabulary {
   TokenTrie trie_;
 };
 
+// The tokens allowed in a state: bit id of vocab_size() bits (64-bit
+// words); `any` is false when none is.
+struct TokenMask {
+  std::vector<uint64_t> bits;
+  bool any = false;
+};
+
+class GrammarMatcher {
+ public:
+  // About 1,300 states at 102,400 tokens.
+  static constexpr int64_t kMaxMaskBytes = int64_t{16} << 20;
+
+  GrammarMatcher(std::shared_ptr<const Grammar> grammar,
+                 std::shared_ptr<const ConstraintVocabulary> vocab);
+
+  // The state's mask, end-of-generation tokens included where the grammar
+  // may end; null when the automaton passed its limits computing it.
+  // REQUIRES: state >= 0.
+  std::shared_ptr<const TokenMask> Mask(int32_t state);
+
+  GrammarAutomaton& automaton() { return automaton_; }
+  const ConstraintVocabulary& vocab() const { return *vocab_; }
+  // Trie walks done (masks computed rather than found).
+  int64_t masks_computed() const {
+    return masks_computed_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  const std::shared_ptr<const ConstraintVocabulary> vocab_;
+  GrammarAutomaton automaton_;
+  std::atomic<int64_t> masks_computed_{0};
+  std::mutex mu_;  // guards what follows
+  absl::flat_hash_map<int32_t, std::shared_ptr<const TokenMask>> masks_;
+  int64_t mask_bytes_ = 0;
+};
+
+// The matchers of the grammars in use and of the last few used: a grammar
+// equal in content to one kept (the JSON-object grammar, the same schema
+// again) gets its matcher, with the states and masks found so far.
+class MatcherCache {
+ public:
+  // Matchers kept besides those in use.
+  static constexpr int kMaxIdle = 8;
+
+  explicit MatcherCache(std::shared_ptr<const ConstraintVocabulary> vocab);
+
+  std::shared_ptr<GrammarMatcher> Get(std::shared_ptr<const Grammar> grammar);
+
+ private:
+  const std::shared_ptr<const ConstraintVocabulary> vocab_;
+  std::mutex mu_;  // guards what follows
+  // Most recently used first; keyed by the grammar's content.
+  std::list<std::pair<std::string, std::shared_ptr<GrammarMatcher>>> lru_;
+};
+
 class Constraint {
  public:
-  // Per sequence: 64 running constrained sequences keep at most 256 MiB of
-  // masks (about 320 states each at 102,400 tokens).
-  static constexpr int64_t kMaxMaskCacheBytes = int64_t{4} << 20;
+  explicit Constraint(std::shared_ptr<GrammarMatcher> matcher);
 
-  Constraint(std::shared_ptr<const Grammar> grammar,
-             std::shared_ptr<const ConstraintVocabulary> vocab);
-
-  // The tokens allowed next: bit id of the vocab_size() bits (64-bit
-  // words). Valid until the next call. RESOURCE_EXHAUSTED when the grammar
-  // needs more states than the automaton's limits; FAILED_PRECONDITION
-  // when no token of the vocabulary can continue it (the grammar wants a
-  // byte no token starts with).
+  // The tokens allowed next. Valid until the next call. RESOURCE_EXHAUSTED
+  // when the grammar needs more than the automaton's limits;
+  // FAILED_PRECONDITION when no token of the vocabulary can continue it
+  // (the grammar wants a byte no token starts with).
   absl::StatusOr<const std::vector<uint64_t>*> Allowed();
   // Takes the chosen token (an end of generation where the grammar may end
   // changes nothing). INVALID_ARGUMENT for one the grammar does not allow
@@ -67,17 +124,17 @@ class Constraint {
   absl::Status Accept(int32_t token);
 
   // The text so far is complete under the grammar.
-  bool CanEnd() const { return automaton_.CanEnd(state_); }
+  bool CanEnd() const { return automaton().CanEnd(state_); }
   // Nothing may follow: the generation is over.
-  bool Complete() const { return automaton_.IsFinal(state_); }
+  bool Complete() const { return automaton().IsFinal(state_); }
 
  private:
-  const std::shared_ptr<const ConstraintVocabulary> vocab_;
-  GrammarAutomaton automaton_;
+  const GrammarAutomaton& automaton() const { return matcher_->automaton(); }
+
+  const std::shared_ptr<GrammarMatcher> matcher_;
   int32_t state_;
-  absl::flat_hash_map<int32_t, std::vector<uint64_t>> masks_;
-  int64_t bytes_cached_ = 0;
-  int64_t bytes_accepted_ = 0;  // for errors: where the text is
+  std::shared_ptr<const TokenMask> mask_;  // Allowed()'s
+  int64_t bytes_accepted_ = 0;             // for errors: where the text is
 };
 
 }  // namespace kvserve::constrain

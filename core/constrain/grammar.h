@@ -40,6 +40,7 @@ class ByteSet {
     return (bits_[0] | bits_[1] | bits_[2] | bits_[3]) == 0;
   }
   bool operator==(const ByteSet& o) const { return bits_ == o.bits_; }
+  const std::array<uint64_t, 4>& bits() const { return bits_; }
 
  private:
   std::array<uint64_t, 4> bits_{};

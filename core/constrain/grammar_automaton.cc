@@ -9,7 +9,12 @@ using Kind = Grammar::Element::Kind;
 
 GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
                                    const AutomatonLimits& limits)
-    : grammar_(std::move(grammar)), limits_(limits) {
+    : grammar_(std::move(grammar)),
+      limits_(limits),
+      chunks_(
+          (std::max<int64_t>(limits.max_states, 1) + (1 << kChunkBits) - 1) >>
+          kChunkBits) {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<int32_t> stacks;
   bool accept = false;
   for (uint32_t alt : grammar_->alternatives[grammar_->root]) {
@@ -90,38 +95,56 @@ int32_t GrammarAutomaton::InternState(std::vector<int32_t> stacks,
   // The key: the stacks, then 1 when accepting.
   std::vector<int32_t> key = stacks;
   key.push_back(accept ? 1 : 0);
-  auto [it, added] = state_ids_.try_emplace(std::move(key), states_.size());
+  const int32_t id = num_states_.load(std::memory_order_relaxed);
+  auto [it, added] = state_ids_.try_emplace(std::move(key), id);
   if (added) {
-    if (static_cast<int64_t>(states_.size()) >= limits_.max_states) {
+    if (id >= limits_.max_states) {
+      state_ids_.erase(it);
       overflow_ = true;
       return kOverflow;
     }
-    State s;
+    std::unique_ptr<State[]>& chunk = chunks_[id >> kChunkBits];
+    if (chunk == nullptr) chunk.reset(new State[1 << kChunkBits]);
+    State& s = chunk[id & ((1 << kChunkBits) - 1)];
     s.stacks = std::move(stacks);
     s.accept = accept;
-    s.next.reset(new int32_t[256]);
-    std::fill_n(s.next.get(), 256, kUnknown);
-    states_.push_back(std::move(s));
+    s.next.reset(new std::atomic<int32_t>[256]);
+    for (int b = 0; b < 256; ++b) {
+      s.next[b].store(kUnknown, std::memory_order_relaxed);
+    }
+    // Published by the release store of the transition that leads to it
+    // (or, for the start state, by the constructor).
+    num_states_.store(id + 1, std::memory_order_relaxed);
   }
   return it->second;
 }
 
 int32_t GrammarAutomaton::Next(int32_t state, uint8_t byte) {
-  int32_t& next = states_[state].next[byte];
+  const int32_t next =
+      state_at(state).next[byte].load(std::memory_order_acquire);
   if (next != kUnknown) return next;
+  std::lock_guard<std::mutex> lock(mu_);
+  return ComputeNext(state, byte);
+}
+
+int32_t GrammarAutomaton::ComputeNext(int32_t state, uint8_t byte) {
+  std::atomic<int32_t>& next = state_at(state).next[byte];
+  // Another thread may have computed it while this one waited.
+  if (const int32_t known = next.load(std::memory_order_relaxed);
+      known != kUnknown) {
+    return known;
+  }
   const Grammar& g = *grammar_;
   std::vector<int32_t> stacks;
   bool accept = false;
-  // states_ may grow below: copy the stacks walked.
-  const std::vector<int32_t> from = states_[state].stacks;
-  for (int32_t id : from) {
+  for (int32_t id : state_at(state).stacks) {
     const Stack s = stacks_[id];
     if (!g.byte_sets[g.elements[s.pos].index].Has(byte)) continue;
     Expand(s.pos + 1, s.parent, stacks, accept);
   }
   expanded_.clear();
   const int32_t to = InternState(std::move(stacks), accept);
-  states_[state].next[byte] = to;
+  next.store(to, std::memory_order_release);
   return to;
 }
 

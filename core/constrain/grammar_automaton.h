@@ -15,13 +15,18 @@
 // states or `max_stacks` stacks (deep nesting, heavy ambiguity) stops with
 // kOverflow, never with unbounded memory.
 //
-// Thread-safety: not thread-safe (Next and Mask fill the caches); one per
-// sequence, or one per thread.
+// Thread-safety: thread-safe, so that the sequences decoding with one
+// grammar share one automaton and compute their masks in parallel. A known
+// transition is read without a lock (each is an atomic, stored once its
+// state is complete); computing a new one takes the automaton's mutex.
+// States live in fixed chunks, so a state, once published, never moves.
 #ifndef KVSERVE_CORE_CONSTRAIN_GRAMMAR_AUTOMATON_H_
 #define KVSERVE_CORE_CONSTRAIN_GRAMMAR_AUTOMATON_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <vector>
 
@@ -55,11 +60,11 @@ class GrammarAutomaton {
   // REQUIRES: state >= 0.
   int32_t Next(int32_t state, uint8_t byte);
   // The state's transitions as computed so far: entry b is Next(state, b)
-  // once that was asked, else kUnknown. Valid until the next call that
-  // adds a state (Next). For walks that look up many transitions
-  // (TokenTrie::Allowed). REQUIRES: state >= 0.
-  const int32_t* Transitions(int32_t state) const {
-    return states_[state].next.get();
+  // once that was asked, else kUnknown (load with acquire: a state read
+  // from it is complete). Valid as long as the automaton. For walks that
+  // look up many transitions (TokenTrie::Allowed). REQUIRES: state >= 0.
+  const std::atomic<int32_t>* Transitions(int32_t state) const {
+    return state_at(state).next.get();
   }
   static constexpr int32_t kUnknown = -3;
 
@@ -68,16 +73,18 @@ class GrammarAutomaton {
   // The text so far is a whole sentence of the grammar (never for kDead or
   // kOverflow).
   bool CanEnd(int32_t state) const {
-    return state >= 0 && states_[state].accept;
+    return state >= 0 && state_at(state).accept;
   }
   // No byte can follow (the grammar is complete and allows nothing more;
   // so too for kDead and kOverflow).
   bool IsFinal(int32_t state) const {
-    return state < 0 || states_[state].stacks.empty();
+    return state < 0 || state_at(state).stacks.empty();
   }
 
   const Grammar& grammar() const { return *grammar_; }
-  int64_t num_states() const { return states_.size(); }
+  int64_t num_states() const {
+    return num_states_.load(std::memory_order_relaxed);
+  }
 
  private:
   static constexpr int32_t kNoParent = -1;
@@ -85,12 +92,20 @@ class GrammarAutomaton {
     uint32_t pos;    // into grammar().elements
     int32_t parent;  // the stack below; kNoParent at the bottom
   };
+  // Immutable once its id is published, but for `next`.
   struct State {
-    std::vector<int32_t> stacks;      // sorted; each top is a kBytes element
-    bool accept = false;              // an empty stack is among them
-    std::unique_ptr<int32_t[]> next;  // 256 transitions; kUnknown: not yet
+    std::vector<int32_t> stacks;  // sorted; each top is a kBytes element
+    bool accept = false;          // an empty stack is among them
+    // 256 transitions; kUnknown: not yet.
+    std::unique_ptr<std::atomic<int32_t>[]> next;
   };
+  static constexpr int kChunkBits = 10;  // states per chunk: 1,024
 
+  const State& state_at(int32_t id) const {
+    return chunks_[id >> kChunkBits][id & ((1 << kChunkBits) - 1)];
+  }
+  // Next's slow path. REQUIRES: mu_ held.
+  int32_t ComputeNext(int32_t state, uint8_t byte);
   int32_t InternStack(uint32_t pos, int32_t parent);
   // Adds the expansions of the stack (pos, parent) to `out`: through rule
   // references and finished alternatives, until each top is a byte set.
@@ -100,9 +115,15 @@ class GrammarAutomaton {
 
   const std::shared_ptr<const Grammar> grammar_;
   const AutomatonLimits limits_;
+  // Sized at construction for max_states and never resized: a chunk's
+  // pointer is set (under mu_) before any of its states is published.
+  std::vector<std::unique_ptr<State[]>> chunks_;
+  std::atomic<int32_t> num_states_{0};
+  // What follows is guarded by mu_ (but for start_, set in the
+  // constructor).
+  std::mutex mu_;
   std::vector<Stack> stacks_;
   absl::flat_hash_map<uint64_t, int32_t> stack_ids_;
-  std::vector<State> states_;
   absl::flat_hash_map<std::vector<int32_t>, int32_t> state_ids_;
   // The (position, stack below) pairs the closure being computed expanded.
   absl::flat_hash_set<uint64_t> expanded_;

@@ -1,6 +1,7 @@
 #include "core/constrain/token_trie.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <string_view>
 
@@ -59,17 +60,16 @@ bool TokenTrie::Allowed(GrammarAutomaton& automaton, int32_t state,
                         std::vector<uint64_t>& mask) const {
   mask.assign((vocab_size_ + 63) / 64, 0);
   // states[d]: the automaton's state after the first d bytes of the path;
-  // moves[d] its transitions (the array outlives new states: each state
-  // owns its own).
+  // moves[d] its transitions (each state owns its array; it never moves).
   std::vector<int32_t> states(max_depth_ + 1);
-  std::vector<const int32_t*> moves(max_depth_ + 1);
+  std::vector<const std::atomic<int32_t>*> moves(max_depth_ + 1);
   states[0] = state;
   moves[0] = automaton.Transitions(state);
   bool overflow = false;
   const int32_t n_nodes = static_cast<int32_t>(nodes_.size());
   for (int32_t i = 0; i < n_nodes;) {
     const Node& n = nodes_[i];
-    int32_t next = moves[n.depth - 1][n.byte];
+    int32_t next = moves[n.depth - 1][n.byte].load(std::memory_order_acquire);
     if (next == GrammarAutomaton::kUnknown) {
       next = automaton.Next(states[n.depth - 1], n.byte);
     }

@@ -8,8 +8,8 @@
 // state's mask costs one automaton step per trie node it reaches, and none
 // for the subtrees it refuses.
 //
-// Thread-safety: immutable after construction; Allowed() mutates only the
-// automaton it is given.
+// Thread-safety: immutable after construction; Allowed() may run on many
+// threads at once (it grows only the automaton, which is thread-safe).
 #ifndef KVSERVE_CORE_CONSTRAIN_TOKEN_TRIE_H_
 #define KVSERVE_CORE_CONSTRAIN_TOKEN_TRIE_H_
 

@@ -278,7 +278,7 @@ void Engine::Continue(std::shared_ptr<GenerateCall> call,
   session->busy = true;
   session->last_used = absl::Now();
   auto seq = std::make_unique<Sequence>(std::move(call), session, submitted,
-                                        constraint_vocab_);
+                                        matchers_.get());
   seq->history_before = keep;
   seq->replaced = std::move(replaced);
   seq->messages_before = messages_before;

@@ -251,8 +251,8 @@ class Engine {
   bool stopped_ = false;                  // the loop ended (engine thread)
   std::unique_ptr<ChatTemplate> chatml_;  // when options_ has no template
   const ChatTemplate* chat_template_ = nullptr;
-  // The vocabulary's side of constrained decoding (built once).
-  std::shared_ptr<const constrain::ConstraintVocabulary> constraint_vocab_;
+  // Constrained decoding's vocabulary (built once) and grammars in use.
+  std::unique_ptr<constrain::MatcherCache> matchers_;
 
   // Owned by the engine thread (declared in destruction order: the tiers
   // finish their writes before the store and the pool go).

@@ -22,7 +22,7 @@ void Engine::ForkChoices(Sequence& first, absl::Span<const float> logits) {
     s->tokens = from.tokens;
     s->kv = from.kv.Fork();
     auto seq = std::make_unique<Sequence>(std::move(call), s, first.submitted,
-                                          constraint_vocab_);
+                                          matchers_.get());
     // Admitted with the first: its prompt is the first's, computed once.
     seq->started = true;
     seq->admitted = first.admitted;

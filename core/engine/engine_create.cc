@@ -97,8 +97,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     e->chatml_ = *std::move(chatml);
     e->chat_template_ = e->chatml_.get();
   }
-  e->constraint_vocab_ =
-      std::make_shared<const constrain::ConstraintVocabulary>(*tokenizer);
+  e->matchers_ = std::make_unique<constrain::MatcherCache>(
+      std::make_shared<const constrain::ConstraintVocabulary>(*tokenizer));
   e->scheduler_ = std::make_unique<Scheduler>(
       SchedulerOptions{.max_batch_tokens = options.max_batch_tokens,
                        .max_running = options.max_running,

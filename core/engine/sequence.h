@@ -21,10 +21,10 @@
 namespace kvserve {
 
 struct Sequence {
-  // REQUIRES: session->tokens already hold the turn's input; `vocab` is
-  // the model's (for a call with a grammar).
+  // REQUIRES: session->tokens already hold the turn's input; `matchers`
+  // is the model's (not null for a call with a grammar).
   Sequence(std::shared_ptr<GenerateCall> c, Session* s, absl::Time t,
-           const std::shared_ptr<const constrain::ConstraintVocabulary>& vocab)
+           constrain::MatcherCache* matchers)
       : call(std::move(c)),
         session(s),
         sampler(call->params().sampling),
@@ -34,7 +34,7 @@ struct Sequence {
     sampler.AddContext(s->tokens);
     if (call->params().grammar != nullptr) {
       constraint = std::make_unique<constrain::Constraint>(
-          call->params().grammar, vocab);
+          matchers->Get(call->params().grammar));
     }
   }
 
