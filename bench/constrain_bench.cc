@@ -40,9 +40,9 @@
 #include "core/constrain/json_grammar.h"
 #include "core/constrain/json_schema.h"
 #include "core/constrain/token_trie.h"
+#include "core/engine/sequence.h"
 #include "core/model/gguf.h"
 #include "core/model/gguf_vocab.h"
-#include "core/sampling/sampler.h"
 #include "core/tokenizer/tokenizer_factory.h"
 
 namespace kvserve {
@@ -96,13 +96,13 @@ WalkTimes Walk(constrain::GrammarAutomaton& automaton,
   return out;
 }
 
-// A batch's sampling step as the engine runs it: each of kBatch sequences
-// draws its next token at temperature 1 from its own random logits (as a
-// random-weight model's; one that completes starts again), among the
-// tokens its grammar allows when it has one. Timed: the whole step's
-// draws, masks included, on 1 or all threads (the engine samples a step's
-// sequences in parallel), with a matcher per sequence (nothing shared) or
-// one shared, and without a grammar for comparison.
+// A batch's sampling step as the engine runs it (SampleAll over the
+// step's Sequences): each of kBatch sequences draws its next token at
+// temperature 1 from its own random logits (as a random-weight model's;
+// one that completes starts again), among the tokens its grammar allows
+// when it has one. Timed: the whole step's draws, masks included, on 1 or
+// all threads, with one matcher per sequence (nothing shared: a
+// MatcherCache each) or one shared, and without a grammar for comparison.
 constexpr int kBatch = 16;
 constexpr int kBatchSteps = 100;
 struct BatchCase {
@@ -115,53 +115,53 @@ std::vector<double> RunBatch(
     const std::shared_ptr<const constrain::Grammar>& grammar,
     const BatchCase& c) {
   const int32_t n_vocab = vocab->vocab_size();
-  auto one = std::make_shared<constrain::GrammarMatcher>(grammar, vocab);
-  std::vector<std::shared_ptr<constrain::GrammarMatcher>> matchers;
-  std::vector<std::unique_ptr<constrain::Constraint>> seqs;
-  std::vector<Sampler> samplers;
+  std::vector<std::unique_ptr<constrain::MatcherCache>> caches;
+  for (int b = 0; b < (c.grammar == BatchCase::kEach ? kBatch : 1); ++b) {
+    caches.push_back(std::make_unique<constrain::MatcherCache>(vocab));
+  }
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Sequence>> seqs;
   std::vector<std::vector<float>> logits(kBatch);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 2.0f);
+  auto start = [&](int b) {
+    GenerateParams p;
+    p.sampling.temperature = 1.0f;
+    p.sampling.seed = b + 1;
+    if (c.grammar != BatchCase::kNone) p.grammar = grammar;
+    seqs[b] = std::make_unique<Sequence>(
+        std::make_shared<GenerateCall>(std::move(p), nullptr),
+        sessions[b].get(), absl::Now(), caches[b % caches.size()].get());
+  };
   for (int b = 0; b < kBatch; ++b) {
-    if (c.grammar != BatchCase::kNone) {
-      matchers.push_back(
-          c.grammar == BatchCase::kShared
-              ? one
-              : std::make_shared<constrain::GrammarMatcher>(grammar, vocab));
-      seqs.push_back(std::make_unique<constrain::Constraint>(matchers.back()));
-    }
-    samplers.emplace_back(
-        SamplingOptions{.temperature = 1.0f, .seed = uint64_t(b + 1)});
+    sessions.push_back(std::make_unique<Session>("", nullptr));
+    seqs.emplace_back();
+    start(b);
     for (int32_t i = 0; i < n_vocab; ++i) logits[b].push_back(normal(rng));
   }
+  std::vector<Sequence*> batch;
+  std::vector<absl::Span<const float>> rows;
+  for (int b = 0; b < kBatch; ++b) rows.push_back(logits[b]);
   std::vector<double> out;
-  std::vector<absl::Status> failed(kBatch);
+  const int threads_before = omp_get_max_threads();
+  omp_set_num_threads(c.threads);
   for (int step = 0; step < kBatchSteps; ++step) {
+    batch.clear();
+    for (auto& seq : seqs) batch.push_back(seq.get());
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel for num_threads(c.threads) schedule(dynamic, 1)
-    for (int b = 0; b < kBatch; ++b) {
-      if (seqs.empty()) {
-        samplers[b].Sample(logits[b]);
-        continue;
-      }
-      absl::StatusOr<const std::vector<uint64_t>*> allowed = seqs[b]->Allowed();
-      failed[b] = allowed.status();
-      if (allowed.ok()) {
-        failed[b] = seqs[b]->Accept(samplers[b].Sample(logits[b], *allowed));
-      }
-    }
+    std::vector<absl::StatusOr<int32_t>> tokens = SampleAll(batch, rows);
     out.push_back(Seconds(std::chrono::steady_clock::now() - t0));
-    for (int b = 0; b < static_cast<int>(seqs.size()); ++b) {
-      if (!failed[b].ok()) {
+    for (int b = 0; b < kBatch; ++b) {
+      if (!tokens[b].ok()) {
         std::fprintf(stderr, "constrain_bench: %s\n",
-                     failed[b].ToString().c_str());
-        return {};
+                     tokens[b].status().ToString().c_str());
+        out.clear();
+        break;
       }
-      if (seqs[b]->Complete()) {
-        seqs[b] = std::make_unique<constrain::Constraint>(matchers[b]);
-      }
+      if (seqs[b]->Complete()) start(b);
     }
   }
+  omp_set_num_threads(threads_before);
   return out;
 }
 

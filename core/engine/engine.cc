@@ -300,16 +300,22 @@ void Engine::Step() {
   }
   if (logits.ok()) {
     const int vocab = config().vocab_size;
-    int row = 0;
+    std::vector<Sequence*> seqs;
+    std::vector<absl::Span<const float>> rows;
     for (size_t i = 0; i < plan.batch.size(); ++i) {
       if (!plan.batch[i].want_logits) continue;
       Sequence& seq = *plan.seqs[i];
-      absl::Span<const float> r = logits->subspan(row++ * vocab, vocab);
-      if (!seq.call->choices().empty()) ForkChoices(seq, r);
-      absl::StatusOr<int32_t> token = seq.Sample(r);
-      if (!token.ok()) {
-        seq.outcome = token.status();
-      } else if (std::optional<FinishReason> end = EmitToken(seq, *token, r)) {
+      rows.push_back(logits->subspan(rows.size() * vocab, vocab));
+      if (!seq.call->choices().empty()) ForkChoices(seq, rows.back());
+      seqs.push_back(&seq);
+    }
+    // The draws (and grammar masks) in parallel; what they emit in order.
+    std::vector<absl::StatusOr<int32_t>> tokens = SampleAll(seqs, rows);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& seq = *seqs[i];
+      if (!tokens[i].ok()) {
+        seq.outcome = tokens[i].status();
+      } else if (auto end = EmitToken(seq, *tokens[i], rows[i])) {
         seq.outcome = *end;
       }
     }

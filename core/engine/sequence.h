@@ -89,6 +89,16 @@ struct Sequence {
   std::string tail;  // text held back until the end
 };
 
+// Each sequence's next token from its row of the step's logits (seqs[i]
+// from logits[i]), the sequences in parallel on the calling thread's
+// OpenMP threads when the rows are large enough to pay for it: a draw at
+// temperature 1 over 102,400 tokens costs about 1.5 ms, and a grammar's
+// mask up to a few ms on a state's first visit. Each sequence's sampler
+// and constraint are its own; their grammars' matchers are thread-safe.
+std::vector<absl::StatusOr<int32_t>> SampleAll(
+    absl::Span<Sequence* const> seqs,
+    absl::Span<const absl::Span<const float>> logits);
+
 }  // namespace kvserve
 
 #endif  // KVSERVE_CORE_ENGINE_SEQUENCE_H_

@@ -9,11 +9,14 @@
 #include "core/constrain/grammar_automaton.h"
 #include "core/constrain/json_grammar.h"
 #include "core/engine/engine.h"
+#include "core/model/gguf_random_model.h"
+#include "core/model/loader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/builtin_model.h"
 #include "tests/testing/engine_waiters.h"
+#include "tests/testing/paths.h"
 
 namespace kvserve {
 namespace {
@@ -134,6 +137,73 @@ TEST_F(EngineConstrainTest, TheEndComesOnlyWhereTheGrammarMayEnd) {
     ASSERT_TRUE(o.result.ok()) << o.result.status();
     EXPECT_FALSE(o.text.empty());
     EXPECT_EQ(o.text.find_first_not_of("abc"), std::string::npos) << o.text;
+  }
+}
+
+// A batch at a real vocabulary's size (DeepSeek LLM's 102,400 tokens, a
+// small random model): its rows are sampled in parallel, constrained and
+// free alike, and each sequence draws exactly what it draws alone.
+TEST(EngineParallelSamplingTest, ABatchDrawsWhatEachSequenceDrawsAlone) {
+  RandomModelOptions ro;
+  ro.n_layers = 1;
+  ro.dim = 32;
+  ro.n_heads = 2;
+  ro.n_kv_heads = 1;
+  ro.hidden_dim = 64;
+  ro.vocab_from = testing::SharedDir() + "/vocab/ggml-vocab-deepseek-llm.gguf";
+  absl::StatusOr<std::unique_ptr<GgufWriter>> w = MakeRandomModel(ro);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const std::string bytes = (*w)->Serialize();  // the model's memory
+  absl::StatusOr<LoadedModel> model = LoadModelFromFile(
+      MappedFile::FromBytes(bytes, "deepseek-vocab.gguf"), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->weights->config.vocab_size, 102400);
+  // All cores (one under TSan: OMP_NUM_THREADS=1, as libgomp is not
+  // instrumented).
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create({}, model->weights.get(), model->tokenizer.get(), nullptr);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+
+  auto digits = Compile(R"(root ::= "[" [0-9]{1,4} ( ", " [0-9]{1,4} )* "]")");
+  ASSERT_NE(digits, nullptr);
+  constexpr int kSequences = 6;
+  auto params = [&](int i) {
+    GenerateParams p;
+    p.prompt = std::string("Once upon a time");
+    p.max_tokens = 16;
+    p.sampling.temperature = 1.0f;
+    p.sampling.seed = 100 + i;
+    if (i % 3 == 1) p.grammar = constrain::JsonObjectGrammar();
+    if (i % 3 == 2) p.grammar = digits;
+    return p;
+  };
+  auto run = [&](const std::vector<int>& which) {
+    std::vector<std::unique_ptr<CollectingSink>> sinks;
+    for (int i : which) {
+      sinks.push_back(std::make_unique<CollectingSink>());
+      (*engine)->Submit(
+          std::make_shared<GenerateCall>(params(i), sinks.back().get()));
+    }
+    std::vector<std::string> texts;
+    for (auto& sink : sinks) {
+      absl::StatusOr<GenerateResult> r = sink->Wait();
+      EXPECT_TRUE(r.ok()) << r.status();
+      texts.push_back(sink->text());
+    }
+    return texts;
+  };
+  std::vector<std::string> alone;
+  for (int i = 0; i < kSequences; ++i) {
+    alone.push_back(run({i})[0]);
+    EXPECT_FALSE(alone[i].empty()) << "sequence " << i;
+  }
+  const std::vector<std::string> together = run({0, 1, 2, 3, 4, 5});
+  for (int i = 0; i < kSequences; ++i) {
+    EXPECT_EQ(together[i], alone[i]) << "sequence " << i;
+    if (i % 3 == 2) {
+      constrain::GrammarAutomaton check(digits);
+      EXPECT_GE(check.Walk(check.start(), alone[i]), 0) << alone[i];
+    }
   }
 }
 
