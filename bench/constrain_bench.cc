@@ -1,11 +1,13 @@
 // constrain_bench: what a grammar's token mask costs per decode step on a
 // 102,400-token vocabulary, against the step itself.
 //
-//   constrain_bench [--json]
+//   constrain_bench [--json] [--grammar=FILE]
 //
 // The vocabulary is DeepSeek LLM's (SharedDir()/vocab), as byte strings in
 // a TokenTrie (built once per model, timed). The grammar is RFC 8259 JSON in
-// GBNF (json_grammar.h; compile time printed). A JSON document of a few hundred
+// GBNF (json_grammar.h; compile time printed), or the GBNF of --grammar
+// (llama.cpp's grammars/json.gbnf, to compare with its grammar sampler on
+// the same grammar, vocabulary and document). A JSON document of a few hundred
 // tokens, tokenized with the same vocabulary, is decoded as a model would emit
 // it: before each token the mask of the current state is computed (and must
 // allow that token), then the automaton takes its bytes. The walk runs on a
@@ -189,9 +191,20 @@ int Main(int argc, char** argv) {
   const constrain::TokenTrie trie(bytes);
   const double trie_s = Seconds(std::chrono::steady_clock::now() - start);
 
+  std::string gbnf = constrain::JsonObjectGbnf();
+  if (const std::string file = bench::StringFlag(argc, argv, "--grammar", "");
+      !file.empty()) {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      std::fprintf(stderr, "constrain_bench: cannot read %s\n", file.c_str());
+      return 1;
+    }
+    gbnf = text.str();
+  }
   start = std::chrono::steady_clock::now();
-  absl::StatusOr<constrain::Grammar> grammar =
-      constrain::ParseGbnf(constrain::JsonObjectGbnf());
+  absl::StatusOr<constrain::Grammar> grammar = constrain::ParseGbnf(gbnf);
   const double compile_s = Seconds(std::chrono::steady_clock::now() - start);
   if (!grammar.ok()) {
     std::fprintf(stderr, "constrain_bench: %s\n",

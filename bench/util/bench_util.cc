@@ -148,13 +148,18 @@ bool HasFlag(int argc, char** argv, std::string_view flag) {
 
 int64_t IntFlag(int argc, char** argv, std::string_view name,
                 int64_t fallback) {
+  int64_t v;
+  const std::string value = StringFlag(argc, argv, name, "");
+  return !value.empty() && absl::SimpleAtoi(value, &v) ? v : fallback;
+}
+
+std::string StringFlag(int argc, char** argv, std::string_view name,
+                       std::string fallback) {
   const std::string prefix = std::string(name) + "=";
   for (int i = 1; i < argc; ++i) {
     std::string_view arg(argv[i]);
-    int64_t v;
-    if (arg.substr(0, prefix.size()) == prefix &&
-        absl::SimpleAtoi(std::string(arg.substr(prefix.size())), &v)) {
-      return v;
+    if (arg.substr(0, prefix.size()) == prefix) {
+      return std::string(arg.substr(prefix.size()));
     }
   }
   return fallback;

@@ -71,6 +71,9 @@ double OneBQ4KMStepBytes(int64_t vocab);
 bool HasFlag(int argc, char** argv, std::string_view flag);
 // The integer value of `--name=value` in argv, or `fallback`.
 int64_t IntFlag(int argc, char** argv, std::string_view name, int64_t fallback);
+// The value of `--name=value` in argv, or `fallback`.
+std::string StringFlag(int argc, char** argv, std::string_view name,
+                       std::string fallback);
 
 }  // namespace kvserve::bench
 
