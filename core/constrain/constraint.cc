@@ -31,8 +31,9 @@ ConstraintVocabulary::ConstraintVocabulary(const Tokenizer& tokenizer)
 
 GrammarMatcher::GrammarMatcher(
     std::shared_ptr<const Grammar> grammar,
-    std::shared_ptr<const ConstraintVocabulary> vocab)
-    : vocab_(std::move(vocab)), automaton_(std::move(grammar)) {}
+    std::shared_ptr<const ConstraintVocabulary> vocab,
+    const AutomatonLimits& limits)
+    : vocab_(std::move(vocab)), automaton_(std::move(grammar), limits) {}
 
 std::shared_ptr<const TokenMask> GrammarMatcher::Mask(int32_t state) {
   {
@@ -88,8 +89,9 @@ std::string GrammarKey(const Grammar& g) {
 
 }  // namespace
 
-MatcherCache::MatcherCache(std::shared_ptr<const ConstraintVocabulary> vocab)
-    : vocab_(std::move(vocab)) {}
+MatcherCache::MatcherCache(std::shared_ptr<const ConstraintVocabulary> vocab,
+                           const AutomatonLimits& limits)
+    : vocab_(std::move(vocab)), limits_(limits) {}
 
 std::shared_ptr<GrammarMatcher> MatcherCache::Get(
     std::shared_ptr<const Grammar> grammar) {
@@ -97,12 +99,14 @@ std::shared_ptr<GrammarMatcher> MatcherCache::Get(
   std::lock_guard<std::mutex> lock(mu_);
   auto it = std::find_if(lru_.begin(), lru_.end(),
                          [&](const auto& e) { return e.first == key; });
-  if (it != lru_.end()) {
+  if (it != lru_.end() &&
+      it->second->automaton().num_states() * 2 < limits_.max_states) {
     lru_.splice(lru_.begin(), lru_, it);
     return lru_.front().second;
   }
+  if (it != lru_.end()) lru_.erase(it);  // retired
   lru_.emplace_front(std::move(key), std::make_shared<GrammarMatcher>(
-                                         std::move(grammar), vocab_));
+                                         std::move(grammar), vocab_, limits_));
   std::shared_ptr<GrammarMatcher> matcher = lru_.front().second;
   // Drop the least recently used idle matchers past kMaxIdle (those in use
   // stay: their sequences hold them anyway).

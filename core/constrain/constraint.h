@@ -67,7 +67,8 @@ class GrammarMatcher {
   static constexpr int64_t kMaxMaskBytes = int64_t{16} << 20;
 
   GrammarMatcher(std::shared_ptr<const Grammar> grammar,
-                 std::shared_ptr<const ConstraintVocabulary> vocab);
+                 std::shared_ptr<const ConstraintVocabulary> vocab,
+                 const AutomatonLimits& limits = {});
 
   // The state's mask, end-of-generation tokens included where the grammar
   // may end; null when the automaton passed its limits computing it.
@@ -92,18 +93,24 @@ class GrammarMatcher {
 
 // The matchers of the grammars in use and of the last few used: a grammar
 // equal in content to one kept (the JSON-object grammar, the same schema
-// again) gets its matcher, with the states and masks found so far.
+// again) gets its matcher, with the states and masks found so far. A
+// matcher whose automaton holds half its limit of states is retired: the
+// sequences on it finish there, new ones start on a fresh matcher, so
+// states that a server's traffic accumulates over days never exhaust the
+// limit for everyone (each sequence still has the other half).
 class MatcherCache {
  public:
   // Matchers kept besides those in use.
   static constexpr int kMaxIdle = 8;
 
-  explicit MatcherCache(std::shared_ptr<const ConstraintVocabulary> vocab);
+  explicit MatcherCache(std::shared_ptr<const ConstraintVocabulary> vocab,
+                        const AutomatonLimits& limits = {});
 
   std::shared_ptr<GrammarMatcher> Get(std::shared_ptr<const Grammar> grammar);
 
  private:
   const std::shared_ptr<const ConstraintVocabulary> vocab_;
+  const AutomatonLimits limits_;
   std::mutex mu_;  // guards what follows
   // Most recently used first; keyed by the grammar's content.
   std::list<std::pair<std::string, std::shared_ptr<GrammarMatcher>>> lru_;

@@ -63,6 +63,28 @@ TEST(MatcherCacheTest, IdleMatchersAreDroppedPastTheLimitThoseInUseKept) {
   EXPECT_EQ(cache.Get(Compile(Digits(1))), held);
 }
 
+// A shared matcher whose automaton holds half its limit of states is
+// retired: new sequences get a fresh one (a server's traffic must not
+// exhaust the limit for everyone), the sequences on it go on.
+TEST(MatcherCacheTest, AMatcherHalfFullOfStatesIsRetired) {
+  const AutomatonLimits limits{.max_states = 64, .max_stacks = 1 << 20};
+  MatcherCache cache(BuiltinVocabulary(), limits);
+  std::shared_ptr<GrammarMatcher> m = cache.Get(Compile(Digits(200)));
+  Constraint on_it(m);
+  ASSERT_TRUE(on_it.Allowed().ok());
+  // Each digit more is a new state (the count so far).
+  const std::string digits(40, '7');
+  for (int i = 0; m->automaton().num_states() < 32; ++i) {
+    ASSERT_LT(i, 100);
+    m->automaton().Walk(m->automaton().start(), digits.substr(0, i));
+  }
+  std::shared_ptr<GrammarMatcher> fresh = cache.Get(Compile(Digits(200)));
+  EXPECT_NE(fresh, m);
+  EXPECT_EQ(fresh->automaton().num_states(), 1);
+  EXPECT_EQ(cache.Get(Compile(Digits(200))), fresh);
+  EXPECT_TRUE(on_it.Allowed().ok());
+}
+
 // Takes the lowest allowed token each step (a fixed walk), `steps` times.
 std::vector<int32_t> LowestWalk(Constraint& c, int steps) {
   std::vector<int32_t> out;
