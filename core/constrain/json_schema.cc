@@ -937,13 +937,12 @@ class SchemaCompiler {
       if (!s["pattern"].is_string()) {
         return Refuse("pattern", ptr, "must be a string");
       }
-      if (has_length) {
-        return Refuse("pattern", ptr,
-                      "together with minLength / maxLength is not "
-                      "supported");
-      }
+      absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
+      if (!min.ok()) return min.status();
+      absl::StatusOr<int> max = Count(s, "maxLength", ptr, -1);
+      if (!max.ok()) return max.status();
       absl::StatusOr<std::string> body =
-          RegexToGbnf(s["pattern"].get<std::string>());
+          RegexToGbnf(s["pattern"].get<std::string>(), *min, *max);
       if (!body.ok()) {
         return Refuse("pattern", ptr, std::string(body.status().message()));
       }

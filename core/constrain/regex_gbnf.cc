@@ -1,5 +1,7 @@
 #include "core/constrain/regex_gbnf.h"
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -40,13 +42,37 @@ CodePointSet AnyButLineEnds() {
 // empty string, and `non_empty`, the same language without it. A
 // repetition of something that may be empty repeats its non-empty form
 // (the same language), so that the grammar is never left-recursive.
+//
+// Lengths are counted in characters (code points, as minLength counts
+// them); max_len -1: unbounded. A repetition of an atom of fixed length
+// keeps the atom and its counts, so that length bounds can re-count it.
 struct Expr {
   std::string expr;
   bool nullable = false;
   std::string non_empty;  // when nullable
+  int64_t min_len = 0;
+  int64_t max_len = 0;
+  std::shared_ptr<const Expr> atom{};  // a repetition of it, when set
+  int64_t rep_min = 0, rep_max = 0;    // its counts (max -1: unbounded)
+  // A group (not repeated): its alternatives' items, so that length bounds
+  // can narrow each alternative on its own.
+  std::shared_ptr<const std::vector<std::vector<Expr>>> branches{};
 };
 
-Expr Plain(std::string e) { return Expr{e, false, e}; }
+// One character of the set `e` matches.
+Expr Plain(std::string e) { return Expr{e, false, e, 1, 1, nullptr, 0, 0}; }
+
+// Lengths saturate here (nested quantifiers multiply).
+constexpr int64_t kMaxLen = int64_t{1} << 40;
+int64_t AddLen(int64_t a, int64_t b) {
+  return a < 0 || b < 0 ? -1 : std::min(a + b, kMaxLen);
+}
+int64_t MulLen(int64_t a, int64_t b) {
+  return a == 0 || b == 0 ? 0
+         : a < 0 || b < 0
+             ? -1
+             : std::min(kMaxLen, a > kMaxLen / b ? kMaxLen : a * b);
+}
 
 std::string Group(const std::vector<std::string>& alternatives) {
   if (alternatives.size() == 1) return alternatives[0];
@@ -57,11 +83,16 @@ Expr Sequence(const std::vector<Expr>& items) {
   if (items.empty()) return Expr{"\"\"", true, ""};
   std::vector<std::string> exprs;
   bool nullable = true;
+  int64_t min_len = 0, max_len = 0;
   for (const Expr& e : items) {
     exprs.push_back(e.expr);
     nullable = nullable && e.nullable;
+    min_len = AddLen(min_len, e.min_len);
+    max_len = AddLen(max_len, e.max_len);
   }
   Expr out{absl::StrJoin(exprs, " "), nullable, ""};
+  out.min_len = min_len;
+  out.max_len = max_len;
   if (!nullable) {
     out.non_empty = out.expr;
     return out;
@@ -82,17 +113,37 @@ Expr Sequence(const std::vector<Expr>& items) {
 Expr Alternatives(const std::vector<Expr>& alts) {
   std::vector<std::string> exprs, non_empty;
   bool nullable = false;
+  int64_t min_len = alts[0].min_len, max_len = alts[0].max_len;
   for (const Expr& e : alts) {
     exprs.push_back(e.expr);
     nullable = nullable || e.nullable;
     if (!e.non_empty.empty()) non_empty.push_back(e.non_empty);
+    min_len = std::min(min_len, e.min_len);
+    max_len = max_len < 0 || e.max_len < 0 ? -1 : std::max(max_len, e.max_len);
   }
-  return Expr{absl::StrCat("( ", absl::StrJoin(exprs, " | "), " )"), nullable,
-              non_empty.empty() ? "" : Group(non_empty)};
+  Expr out{absl::StrCat("( ", absl::StrJoin(exprs, " | "), " )"), nullable,
+           non_empty.empty() ? "" : Group(non_empty)};
+  out.min_len = min_len;
+  out.max_len = max_len;
+  return out;
 }
 
-// x{min,max} (max -1: unbounded).
+Expr RepeatExpr(const Expr& x, int64_t min, int64_t max);
+
+// x{min,max} (max -1: unbounded), with its length range.
 Expr Repeat(const Expr& x, int64_t min, int64_t max) {
+  Expr out = RepeatExpr(x, min, max);
+  out.min_len = MulLen(x.min_len, min);
+  out.max_len = MulLen(x.max_len, max);
+  if (x.min_len == x.max_len && x.min_len > 0) {
+    out.atom = std::make_shared<const Expr>(x);
+    out.rep_min = min;
+    out.rep_max = max;
+  }
+  return out;
+}
+
+Expr RepeatExpr(const Expr& x, int64_t min, int64_t max) {
   auto count = [](int64_t lo, int64_t hi) {
     return hi < 0 ? absl::StrCat("{", lo, ",}")
                   : absl::StrCat("{", lo, ",", hi, "}");
@@ -117,30 +168,151 @@ class RegexParser {
  public:
   explicit RegexParser(std::string_view pattern) : p_(pattern) {}
 
-  absl::StatusOr<std::string> Parse() {
+  absl::StatusOr<std::string> Parse(int64_t min_length, int64_t max_length) {
+    const bool bounded = min_length > 0 || max_length >= 0;
     std::vector<std::string> alternatives;
     while (true) {
       const bool start_anchor = Peek() == '^';
       if (start_anchor) ++pos_;
-      absl::StatusOr<Expr> seq = ParseSequence(/*top=*/true);
-      if (!seq.ok()) return seq.status();
+      absl::StatusOr<std::vector<Expr>> items = ParseItems(/*top=*/true);
+      if (!items.ok()) return items.status();
       bool end_anchor = false;
       if (Peek() == '$') {
         ++pos_;
         end_anchor = true;
       }
-      std::string alt = seq->expr;
-      if (!start_anchor) alt = absl::StrCat("json-char* ", alt);
-      if (!end_anchor) absl::StrAppend(&alt, " json-char*");
-      alternatives.push_back(alt);
+      if (bounded) {
+        int budget = kMaxLengthBranches;
+        std::optional<std::string> alt =
+            WithLength(*std::move(items), start_anchor, end_anchor, min_length,
+                       max_length < 0 ? kMaxLen : max_length, budget);
+        if (alt.has_value()) alternatives.push_back(*std::move(alt));
+      } else {
+        std::string alt = Sequence(*items).expr;
+        if (!start_anchor) alt = absl::StrCat("json-char* ", alt);
+        if (!end_anchor) absl::StrAppend(&alt, " json-char*");
+        alternatives.push_back(alt);
+      }
       if (AtEnd()) break;
       if (Peek() != '|') return Error("unexpected `)`");
       ++pos_;
+    }
+    if (alternatives.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the pattern %s cannot be written within the length bounds "
+          "[%d, %s] by a grammar",
+          QuoteClientText(p_), min_length,
+          max_length < 0 ? std::string("unbounded")
+                         : std::to_string(max_length)));
     }
     return absl::StrCat("( ", absl::StrJoin(alternatives, " | "), " )");
   }
 
  private:
+  // A top-level alternative whose every string has between min and max
+  // characters: the sentence of `items` (a match, the string's whole value
+  // when the pattern is not anchored: a narrowing, as any string that is
+  // a match contains one), its repetitions of fixed-length atoms
+  // re-counted so that the shortest and longest sentences fall within the
+  // bounds; unanchored, a tail of any characters may take up what the
+  // bounds require. nullopt when no such narrowing exists (an item of
+  // unbounded length that is not such a repetition, or bounds no count
+  // meets).
+  //
+  // Where that fails, the first group is split: each of its alternatives
+  // in its place is narrowed alone (`^(\d+\.\d+.*)$`, `^(a|b[a-z]*c)$`),
+  // up to `budget` sequences in all.
+  static constexpr int kMaxLengthBranches = 64;
+  static std::optional<std::string> WithLength(std::vector<Expr> items,
+                                               bool start_anchor,
+                                               bool end_anchor, int64_t min,
+                                               int64_t max, int& budget) {
+    if (std::optional<std::string> whole =
+            WithLengthAsIs(items, start_anchor, end_anchor, min, max)) {
+      return whole;
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].branches == nullptr) continue;
+      std::vector<std::string> out;
+      for (const std::vector<Expr>& branch : *items[i].branches) {
+        if (--budget < 0) return std::nullopt;
+        std::vector<Expr> split(items.begin(), items.begin() + i);
+        split.insert(split.end(), branch.begin(), branch.end());
+        split.insert(split.end(), items.begin() + i + 1, items.end());
+        if (std::optional<std::string> alt = WithLength(
+                std::move(split), start_anchor, end_anchor, min, max, budget)) {
+          out.push_back(*std::move(alt));
+        }
+      }
+      if (out.empty()) return std::nullopt;
+      return absl::StrCat("( ", absl::StrJoin(out, " | "), " )");
+    }
+    return std::nullopt;
+  }
+
+  static std::optional<std::string> WithLengthAsIs(std::vector<Expr> items,
+                                                   bool start_anchor,
+                                                   bool end_anchor, int64_t min,
+                                                   int64_t max) {
+    // Where the pattern is free, any characters (a match is at the start
+    // unless only its end is anchored).
+    if (!end_anchor) {
+      items.push_back(Repeat(Plain("json-char"), 0, -1));
+    } else if (!start_anchor) {
+      items.insert(items.begin(), Repeat(Plain("json-char"), 0, -1));
+    }
+    // Rigid items count their length range; repetitions are re-counted.
+    int64_t rigid_min = 0, rigid_max = 0;
+    std::vector<size_t> reps;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].atom != nullptr && items[i].min_len != items[i].max_len) {
+        reps.push_back(i);
+        continue;
+      }
+      if (items[i].max_len < 0) return std::nullopt;
+      rigid_min += items[i].min_len;
+      rigid_max += items[i].max_len;
+    }
+    std::vector<int64_t> lo(reps.size()), hi(reps.size());
+    int64_t sum_min = rigid_min;
+    for (size_t k = 0; k < reps.size(); ++k) {
+      lo[k] = items[reps[k]].rep_min;
+      sum_min += items[reps[k]].atom->min_len * lo[k];
+    }
+    // Raise the first counts that may grow until the shortest is long
+    // enough.
+    for (size_t k = 0; k < reps.size() && sum_min < min; ++k) {
+      const Expr& r = items[reps[k]];
+      const int64_t unit = r.atom->min_len;
+      int64_t add = (min - sum_min + unit - 1) / unit;
+      if (r.rep_max >= 0) add = std::min(add, r.rep_max - lo[k]);
+      lo[k] += add;
+      sum_min += add * unit;
+    }
+    if (sum_min < min || sum_min + (rigid_max - rigid_min) > max) {
+      return std::nullopt;
+    }
+    // The room left, shared among the repetitions (with no maximum, they
+    // keep theirs).
+    int64_t room = max - sum_min - (rigid_max - rigid_min);
+    for (size_t k = 0; k < reps.size(); ++k) {
+      const Expr& r = items[reps[k]];
+      if (max >= kMaxLen) {
+        hi[k] = r.rep_max;
+        continue;
+      }
+      const int64_t share = room / static_cast<int64_t>(reps.size() - k);
+      int64_t more = share / r.atom->min_len;
+      if (r.rep_max >= 0) more = std::min(more, r.rep_max - lo[k]);
+      hi[k] = lo[k] + more;
+      room -= more * r.atom->min_len;
+    }
+    for (size_t k = 0; k < reps.size(); ++k) {
+      items[reps[k]] = Repeat(*items[reps[k]].atom, lo[k], hi[k]);
+    }
+    return Sequence(items).expr;
+  }
+
   bool AtEnd() const { return pos_ >= p_.size(); }
   char Peek(size_t ahead = 0) const {
     return pos_ + ahead < p_.size() ? p_[pos_ + ahead] : '\0';
@@ -339,6 +511,12 @@ class RegexParser {
   }
 
   absl::StatusOr<Expr> ParseSequence(bool top) {
+    absl::StatusOr<std::vector<Expr>> items = ParseItems(top);
+    if (!items.ok()) return items.status();
+    return Sequence(*items);
+  }
+
+  absl::StatusOr<std::vector<Expr>> ParseItems(bool top) {
     std::vector<Expr> items;
     while (!AtEnd()) {
       const char c = Peek();
@@ -367,16 +545,19 @@ class RegexParser {
           }
         }
         std::vector<Expr> alternatives;
+        auto branches = std::make_shared<std::vector<std::vector<Expr>>>();
         while (true) {
-          absl::StatusOr<Expr> seq = ParseSequence(/*top=*/false);
-          if (!seq.ok()) return seq.status();
-          alternatives.push_back(*std::move(seq));
+          absl::StatusOr<std::vector<Expr>> items = ParseItems(/*top=*/false);
+          if (!items.ok()) return items.status();
+          alternatives.push_back(Sequence(*items));
+          branches->push_back(*std::move(items));
           if (Peek() != '|') break;
           ++pos_;
         }
         if (Peek() != ')') return Error("unterminated group");
         ++pos_;
         atom = Alternatives(alternatives);
+        atom.branches = std::move(branches);
       } else if (c == '[') {
         absl::StatusOr<CodePointSet> set = Class();
         if (!set.ok()) return set.status();
@@ -401,7 +582,7 @@ class RegexParser {
       if (q->has_value()) atom = Repeat(atom, (*q)->first, (*q)->second);
       items.push_back(std::move(atom));
     }
-    return Sequence(items);
+    return items;
   }
 
   const std::string_view p_;
@@ -434,8 +615,10 @@ std::string JsonCharGbnf(const CodePointSet& set) {
   return absl::StrCat("( ", absl::StrJoin(parts, " | "), " )");
 }
 
-absl::StatusOr<std::string> RegexToGbnf(std::string_view pattern) {
-  return RegexParser(pattern).Parse();
+absl::StatusOr<std::string> RegexToGbnf(std::string_view pattern,
+                                        int64_t min_length,
+                                        int64_t max_length) {
+  return RegexParser(pattern).Parse(min_length, max_length);
 }
 
 }  // namespace kvserve::constrain

@@ -15,6 +15,7 @@
 #ifndef KVSERVE_CORE_CONSTRAIN_REGEX_GBNF_H_
 #define KVSERVE_CORE_CONSTRAIN_REGEX_GBNF_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,7 +27,18 @@ namespace kvserve::constrain {
 // A GBNF expression for the string content (the quotes not included). Uses
 // the rule `json-char` (JsonGbnfRules) for "any character".
 // INVALID_ARGUMENT naming what is not supported.
-absl::StatusOr<std::string> RegexToGbnf(std::string_view pattern);
+//
+// With length bounds (minLength / maxLength: characters; max -1:
+// unbounded), every string the expression writes also has a length within
+// them, by narrowing: a pattern not anchored is written as a match and a
+// tail, and repetitions of fixed-length atoms (`[a-z]+`, `(ab)*`, the
+// tail) are counted so that the shortest and longest strings fit
+// (`^[a-z]+$` with maxLength 8 is written as [a-z]{1,8}). INVALID_ARGUMENT
+// when no alternative of the pattern can be narrowed so (a part of
+// unbounded length that is not such a repetition).
+absl::StatusOr<std::string> RegexToGbnf(std::string_view pattern,
+                                        int64_t min_length = 0,
+                                        int64_t max_length = -1);
 
 // The GBNF expression for one character of a JSON string whose value is in
 // `set`, escaped as JSON requires. REQUIRES: !set.empty().

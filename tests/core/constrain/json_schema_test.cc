@@ -280,6 +280,74 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptRegexesDo) {
                  {R"("555-1234")"}, {R"("5551234")", R"("555-12345")"});
 }
 
+// A pattern with minLength / maxLength: every string written matches the
+// pattern and has a length within the bounds (narrowed: an unanchored
+// pattern is written as its match and a tail, repetitions re-counted);
+// bounds no narrowing meets are refused naming the pattern.
+TEST(JsonSchemaTest, PatternsWithLengthBoundsMeetBoth) {
+  struct Case {
+    std::string pattern;
+    int min, max;  // max -1: none
+    std::vector<std::string> yes;
+  };
+  const std::vector<Case> cases = {
+      {"^[a-z]+$", 0, 8, {"abc", "abcdefgh"}},
+      {"^[a-z0-9_-]+$", 3, 5, {"ab_", "a-1b2"}},
+      {"^x-[0-9]*$", 4, 6, {"x-12", "x-1234"}},
+      {"^[a-z]+-[0-9]+$", 0, 7, {"ab-12", "a-1"}},
+      {"^(ab)*c?$", 3, 5, {"abab", "ababc"}},
+      {"[0-9]", 2, 4, {"5a", "1234"}},
+      {"b+$", 3, -1, {"xab", "abbbbb"}},
+      {"^(cat|dog)s?$", 0, 4, {"cat", "dogs"}},
+      {"^\\d{3}$", 3, 3, {"123"}},
+      {"^.{2,}$", 0, 3, {"ab", "a\"c"}},
+      // Groups split into their alternatives, each narrowed alone.
+      {"^(\\d+\\.\\d+.*)$", 0, 6, {"1.5", "10.5a"}},
+      {"^([a-c]|[a-c][a-c0-9-]*[a-c])$", 0, 5, {"a", "ab", "a-1-b"}},
+      {"^(x|(ab)+)-?$", 2, 4, {"x-", "ab", "ab-"}}};
+  const std::string alphabet = "abcx0159-_\"";
+  std::mt19937 rng(17);
+  for (const Case& c : cases) {
+    nlohmann::json schema = {{"type", "string"}, {"pattern", c.pattern}};
+    if (c.min > 0) schema["minLength"] = c.min;
+    if (c.max >= 0) schema["maxLength"] = c.max;
+    auto g = Compile(schema.dump());
+    ASSERT_NE(g, nullptr) << schema.dump();
+    GrammarAutomaton a(g);
+    const std::regex re(c.pattern, std::regex::ECMAScript);
+    for (const std::string& v : c.yes) {
+      ASSERT_TRUE(std::regex_search(v, re)) << c.pattern << " on " << v;
+      EXPECT_TRUE(Accepts(a, nlohmann::json(v).dump()))
+          << schema.dump() << " on " << v;
+    }
+    for (int i = 0; i < 20000; ++i) {
+      std::string v;
+      const int n = rng() % 10;
+      for (int j = 0; j < n; ++j) v += alphabet[rng() % alphabet.size()];
+      if (!Accepts(a, nlohmann::json(v).dump())) continue;
+      EXPECT_TRUE(std::regex_search(v, re)) << schema.dump() << " on " << v;
+      EXPECT_GE(static_cast<int>(v.size()), c.min) << schema.dump() << v;
+      if (c.max >= 0) {
+        EXPECT_LE(static_cast<int>(v.size()), c.max) << schema.dump() << v;
+      }
+    }
+  }
+  for (const auto& [schema, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "string", "pattern": "^a+b+$", "maxLength": 1})",
+            "`pattern` at #: the pattern \"^a+b+$\" cannot be written within "
+            "the length bounds [0, 1]"},
+           {R"({"type": "string", "pattern": "^(a+b)+$", "maxLength": 9})",
+            "cannot be written within the length bounds [0, 9]"},
+           {R"({"type": "string", "pattern": "^abc$", "minLength": 4})",
+            "[4, unbounded]"}}) {
+    absl::StatusOr<std::shared_ptr<const Grammar>> g =
+        CompileJsonSchema(schema);
+    EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // A random text of the grammar: random bytes among those allowed (printable
 // ASCII), then the shortest completion (breadth-first over the automaton's
 // states). nullopt when none is found within the search's bounds.
