@@ -584,7 +584,9 @@ class SchemaCompiler {
           if (!shared) continue;
         }
         if (ti == std::set<std::string>{"object"} && ti == tj &&
-            Discriminated(branches[i], branches[j], ptr, depth)) {
+            (Discriminated(branches[i], branches[j], ptr, depth) ||
+             (WrittenFails(branches[i], branches[j]) &&
+              WrittenFails(branches[j], branches[i])))) {
           continue;
         }
         return Refuse("oneOf", ptr,
@@ -594,6 +596,57 @@ class SchemaCompiler {
       }
     }
     return absl::OkStatus();
+  }
+
+  // The objects Object() writes for plain object schema `a` (no
+  // combinators) never validate against plain object schema `b`: `b`
+  // requires a property `a` never writes (Object() writes only the names
+  // `a` declares or requires, or `{}` alone), or `a` always writes one
+  // (required) that `b` forbids (additionalProperties: false, undeclared,
+  // no patternProperties). So oneOf branches told apart only by which
+  // properties they have can be honoured, as they are written.
+  static bool WrittenFails(const Json& a, const Json& b) {
+    for (const Json* s : {&a, &b}) {
+      for (const char* k : {"allOf", "anyOf", "oneOf", "$ref", "not", "if"}) {
+        if (s->contains(k)) return false;
+      }
+    }
+    auto names = [](const Json& s, const char* key) {
+      std::set<std::string> out;
+      if (!s.contains(key)) return out;
+      const Json& v = s[key];
+      if (v.is_object()) {
+        for (const auto& [name, schema] : v.items()) out.insert(name);
+      } else if (v.is_array()) {
+        for (const Json& n : v) {
+          if (n.is_string()) out.insert(n.get<std::string>());
+        }
+      }
+      return out;
+    };
+    const std::set<std::string> a_required = names(a, "required");
+    std::set<std::string> a_names = names(a, "properties");
+    a_names.insert(a_required.begin(), a_required.end());
+    const bool a_closed =
+        !a_names.empty() ||
+        (a.contains("additionalProperties") &&
+         a["additionalProperties"] == false) ||
+        a.contains("patternProperties") ||
+        (a.contains("maxProperties") && a["maxProperties"] == 0);
+    if (a_closed) {
+      for (const std::string& r : names(b, "required")) {
+        if (!a_names.count(r)) return true;
+      }
+    }
+    if (b.contains("additionalProperties") &&
+        b["additionalProperties"] == false &&
+        !b.contains("patternProperties")) {
+      const std::set<std::string> b_declared = names(b, "properties");
+      for (const std::string& r : a_required) {
+        if (!b_declared.count(r)) return true;
+      }
+    }
+    return false;
   }
 
   // Two object schemas with a property required by both whose values

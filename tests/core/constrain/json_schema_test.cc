@@ -180,6 +180,40 @@ TEST(JsonSchemaTest, CombinatorsAndReferences) {
                  {R"({"a": 1, "b": "x"})"}, {R"({"a": 1})", R"({"b": "x"})"});
 }
 
+// oneOf branches told apart only by which properties their objects have:
+// honoured as written (a branch's objects hold only the names it declares
+// or requires), each text matching exactly one branch.
+TEST(JsonSchemaTest, OneOfObjectsToldApartByTheirProperties) {
+  ExpectLanguage(
+      R"({"oneOf": [
+          {"type": "object", "properties": {"a": {"type": "integer"}},
+           "required": ["a"]},
+          {"type": "object", "properties": {"b": {"type": "string"},
+           "c": {"type": "boolean"}}, "required": ["b"]}]})",
+      {R"({"a": 1})", R"({"b": "x"})", R"({"b": "x", "c": true})"},
+      {R"({"a": 1, "b": "x"})", R"({"c": true})", R"({})"});
+  // One branch's objects forbid what the other always writes.
+  ExpectLanguage(
+      R"({"oneOf": [
+          {"type": "object", "properties": {"a": {"type": "integer"}},
+           "required": ["a"], "additionalProperties": false},
+          {"type": "object", "properties": {"a": {"type": "integer"},
+           "b": {"type": "integer"}}, "required": ["a", "b"]}]})",
+      {R"({"a": 1})", R"({"a": 1, "b": 2})"}, {R"({"b": 2})"});
+  // Still refused: objects of either may be the same (no required name
+  // the other lacks).
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(R"({
+      "oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}},
+                {"type": "object", "properties": {"b": {"type": "integer"}}}]})");
+  EXPECT_THAT(g.status().message(), HasSubstr("may both match"));
+  g = CompileJsonSchema(R"({
+      "oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+                 "required": ["a"]},
+                {"type": "object", "properties": {"a": {"type": "integer"},
+                 "b": {"type": "integer"}}, "required": ["a"]}]})");
+  EXPECT_THAT(g.status().message(), HasSubstr("may both match"));
+}
+
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndItsPointer) {
   struct Case {
     const char* schema;
