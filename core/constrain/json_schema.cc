@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -173,6 +174,20 @@ class SchemaCompiler {
         "`", absl::string_view(keyword.data(), keyword.size()), "` at #", ptr,
         ": ", absl::string_view(why.data(), why.size())));
   }
+  // A refusal because no value validates there (not because kvserve cannot
+  // write what does): an anyOf / oneOf branch or an optional property so
+  // refused is left out, which changes nothing that validates.
+  static constexpr char kUnsatisfiable[] = "kvserve/json-schema/unsatisfiable";
+  static absl::Status Unsatisfiable(std::string_view keyword,
+                                    const std::string& ptr,
+                                    std::string_view why) {
+    absl::Status s = Refuse(keyword, ptr, why);
+    s.SetPayload(kUnsatisfiable, absl::Cord());
+    return s;
+  }
+  static bool IsUnsatisfiable(const absl::Status& s) {
+    return s.GetPayload(kUnsatisfiable).has_value();
+  }
 
   // The target of a local $ref, or an error naming it.
   absl::StatusOr<const Json*> Resolve(const std::string& ref,
@@ -242,7 +257,8 @@ class SchemaCompiler {
       return Refuse("$ref", ptr, "references nest too deep to combine");
     }
     if (s.is_boolean()) {
-      if (!s.get<bool>()) return Refuse("false", ptr, "nothing validates");
+      if (!s.get<bool>())
+        return Unsatisfiable("false", ptr, "nothing validates");
       return Json::object();
     }
     if (!s.is_object()) {
@@ -306,7 +322,8 @@ class SchemaCompiler {
           }
         }
         if (both.empty()) {
-          return Refuse("allOf", ptr, "its branches' types do not overlap");
+          return Unsatisfiable("allOf", ptr,
+                               "its branches' types do not overlap");
         }
         mine = Json(std::vector<std::string>(both.begin(), both.end()));
       } else if ((key == "minimum" || key == "minLength" || key == "minItems" ||
@@ -325,7 +342,8 @@ class SchemaCompiler {
           }
         }
         if (kept.empty()) {
-          return Refuse("allOf", ptr, "its branches' enums share no value");
+          return Unsatisfiable("allOf", ptr,
+                               "its branches' enums share no value");
         }
         mine = kept;
       } else if (key == "allOf" && mine.is_array() && value.is_array()) {
@@ -365,7 +383,7 @@ class SchemaCompiler {
     }
     if (s.is_boolean()) {
       if (s.get<bool>()) return std::string("json-value");
-      return Refuse("false", ptr, "nothing validates against it");
+      return Unsatisfiable("false", ptr, "nothing validates against it");
     }
     if (!s.is_object()) {
       return Refuse("schema", ptr, "must be an object or a boolean");
@@ -434,17 +452,23 @@ class SchemaCompiler {
       base.erase(key);
       std::vector<Json> merged;
       std::vector<std::string> alternatives;
+      absl::Status unsatisfiable;
       for (size_t i = 0; i < branches.size(); ++i) {
         const std::string p = absl::StrCat(ptr, "/", key, "/", i);
-        absl::StatusOr<Json> branch = Inline(branches[i], p, depth + 1);
-        if (!branch.ok()) return branch.status();
-        absl::StatusOr<Json> m = Merge(base, *branch, p);
-        if (!m.ok()) return m.status();
-        absl::StatusOr<std::string> expr = Visit(*m, p, depth + 1);
+        absl::StatusOr<Json> m = Inline(branches[i], p, depth + 1);
+        if (m.ok()) m = Merge(base, *m, p);
+        absl::StatusOr<std::string> expr =
+            m.ok() ? Visit(*m, p, depth + 1) : m.status();
+        // A branch nothing validates is left out.
+        if (!expr.ok() && IsUnsatisfiable(expr.status())) {
+          unsatisfiable = expr.status();
+          continue;
+        }
         if (!expr.ok()) return expr.status();
         merged.push_back(*std::move(m));
         alternatives.push_back(*std::move(expr));
       }
+      if (alternatives.empty()) return unsatisfiable;
       if (std::string_view(key) == "oneOf") {
         if (absl::Status d = CheckDisjoint(merged, ptr, depth); !d.ok()) {
           return d;
@@ -465,7 +489,8 @@ class SchemaCompiler {
         alternatives.push_back(GbnfLiteral(v.dump()));
       }
       if (alternatives.empty()) {
-        return Refuse("enum", ptr, "no value of it has the schema's type");
+        return Unsatisfiable("enum", ptr,
+                             "no value of it has the schema's type");
       }
       return absl::StrCat("( ", absl::StrJoin(alternatives, " | "), " )");
     }
@@ -748,10 +773,10 @@ class SchemaCompiler {
     for (const std::string& r : required) {
       if (props.contains(r)) continue;
       if (additional == false) {
-        return Refuse("required", ptr,
-                      absl::StrCat("names ", QuoteClientText(r),
-                                   ", which additionalProperties: false "
-                                   "forbids"));
+        return Unsatisfiable("required", ptr,
+                             absl::StrCat("names ", QuoteClientText(r),
+                                          ", which additionalProperties: "
+                                          "false forbids"));
       }
       names.push_back(r);
     }
@@ -778,6 +803,32 @@ class SchemaCompiler {
         }
       }
     }
+    // Each name's value (an error is kept until the name is written). An
+    // optional property nothing validates is left out; a required one
+    // leaves nothing that validates.
+    std::vector<absl::StatusOr<std::string>> values;
+    bool left_out = false;
+    {
+      std::vector<std::string> kept;
+      for (const std::string& name : names) {
+        absl::StatusOr<std::string> v = std::string("json-value");
+        if (props.contains(name)) {
+          v = Visit(props[name],
+                    absl::StrCat(ptr, "/properties/", Segment(name)),
+                    depth + 1);
+        } else if (additional != true) {
+          v = Visit(additional, ptr + "/additionalProperties", depth + 1);
+        }
+        if (!v.ok() && IsUnsatisfiable(v.status())) {
+          if (required.count(name)) return v.status();
+          left_out = true;
+          continue;
+        }
+        kept.push_back(name);
+        values.push_back(std::move(v));
+      }
+      names = std::move(kept);
+    }
     absl::StatusOr<int> min_props = Count(s, "minProperties", ptr, 0);
     if (!min_props.ok()) return min_props.status();
     absl::StatusOr<int> max_props =
@@ -785,9 +836,10 @@ class SchemaCompiler {
     if (!max_props.ok()) return max_props.status();
 
     if (names.empty()) {
-      // No declared properties: a map, unless nothing more is allowed.
+      // No declared properties: a map, unless nothing more is allowed (or
+      // a property was left out: a map could write it).
       if (additional == false || s.contains("patternProperties") ||
-          *max_props == 0) {
+          *max_props == 0 || left_out) {
         if (*min_props > 0) {
           return Refuse("minProperties", ptr,
                         "asks for properties the schema gives no way to "
@@ -833,33 +885,25 @@ class SchemaCompiler {
       // Only the required ones are written.
       std::vector<std::string> kept;
       std::vector<bool> kept_must;
+      std::vector<absl::StatusOr<std::string>> kept_values;
       for (size_t i = 0; i < names.size(); ++i) {
         if (must[i]) {
           kept.push_back(names[i]);
           kept_must.push_back(true);
+          kept_values.push_back(std::move(values[i]));
         }
       }
-      names = kept;
-      must = kept_must;
+      names = std::move(kept);
+      must = std::move(kept_must);
+      values = std::move(kept_values);
     }
     std::vector<std::string> kvs;
-    for (const std::string& name : names) {
-      std::string value = "json-value";
-      if (props.contains(name)) {
-        absl::StatusOr<std::string> v =
-            Visit(props[name], absl::StrCat(ptr, "/properties/", Segment(name)),
-                  depth + 1);
-        if (!v.ok()) return v.status();
-        value = *v;
-      } else if (additional != true) {
-        absl::StatusOr<std::string> v =
-            Visit(additional, ptr + "/additionalProperties", depth + 1);
-        if (!v.ok()) return v.status();
-        value = *v;
-      }
-      kvs.push_back(builder_.Add(absl::StrCat("kv-", name),
-                                 absl::StrCat(GbnfLiteral(Json(name).dump()),
-                                              " ws \":\" ws ", value)));
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!values[i].ok()) return values[i].status();
+      kvs.push_back(
+          builder_.Add(absl::StrCat("kv-", names[i]),
+                       absl::StrCat(GbnfLiteral(Json(names[i]).dump()),
+                                    " ws \":\" ws ", *values[i])));
     }
     // first[i]: the properties from i on when none is written yet; rest[i]:
     // when one is (each after a comma). An optional property may be
@@ -1022,7 +1066,7 @@ class SchemaCompiler {
         Count(s, "maxLength", ptr, std::numeric_limits<int>::max());
     if (!max.ok()) return max.status();
     if (*min > *max) {
-      return Refuse("minLength", ptr, "is more than maxLength");
+      return Unsatisfiable("minLength", ptr, "is more than maxLength");
     }
     if (*min == 0 && *max == std::numeric_limits<int>::max()) {
       return std::string("json-string");

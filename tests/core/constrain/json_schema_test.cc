@@ -180,6 +180,40 @@ TEST(JsonSchemaTest, CombinatorsAndReferences) {
                  {R"({"a": 1, "b": "x"})"}, {R"({"a": 1})", R"({"b": "x"})"});
 }
 
+// What nothing validates is left out where that changes nothing: an
+// optional property (never written), an anyOf / oneOf branch. Required,
+// it leaves the schema unsatisfiable: refused.
+TEST(JsonSchemaTest, WhatNothingValidatesIsLeftOut) {
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"a": {"type": "integer"},
+          "b": {"type": "object", "enum": ["x"]}, "c": false},
+          "required": ["a"]})",
+      {R"({"a": 1})"}, {R"({"a": 1, "b": "x"})", R"({"a": 1, "c": 1})"});
+  // Left with no property, the object is {} (not a map that could hold
+  // the one left out).
+  ExpectLanguage(R"({"type": "object", "properties": {"b": false}})", {R"({})"},
+                 {R"({"b": 1})"});
+  ExpectLanguage(R"({"anyOf": [false, {"type": "integer"},
+                              {"type": "string", "minLength": 3,
+                               "maxLength": 2}]})",
+                 {"1"}, {R"("abc")", R"("")"});
+  ExpectLanguage(R"({"oneOf": [{"type": "integer", "enum": ["a"]},
+                              {"type": "string"}]})",
+                 {R"("a")", R"("b")"}, {"1"});
+  for (const auto& [schema, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "object", "properties": {"b": false},
+               "required": ["b"]})",
+            "`false` at #/properties/b: nothing validates"},
+           {R"({"anyOf": [false, {"type": "integer", "enum": ["x"]}]})",
+            "`enum` at #/anyOf/1: no value of it has the schema's type"}}) {
+    absl::StatusOr<std::shared_ptr<const Grammar>> g =
+        CompileJsonSchema(schema);
+    EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // oneOf branches told apart only by which properties their objects have:
 // honoured as written (a branch's objects hold only the names it declares
 // or requires), each text matching exactly one branch.
