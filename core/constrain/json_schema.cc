@@ -1029,7 +1029,6 @@ class SchemaCompiler {
   }
 
   absl::StatusOr<std::string> String(const Json& s, const std::string& ptr) {
-    const bool has_length = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) {
         return Refuse("pattern", ptr, "must be a string");
@@ -1047,17 +1046,18 @@ class SchemaCompiler {
     }
     if (s.contains("format") && s["format"].is_string()) {
       const std::string f = s["format"].get<std::string>();
-      std::optional<std::string> body = Format(f);
-      if (body.has_value()) {
-        if (has_length) {
-          return Refuse("format", ptr,
-                        "together with minLength / maxLength is not "
-                        "supported");
+      if (std::optional<std::string> pattern = FormatPattern(f)) {
+        // With length bounds, narrowed to fit as a pattern is.
+        absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
+        if (!min.ok()) return min.status();
+        absl::StatusOr<int> max = Count(s, "maxLength", ptr, -1);
+        if (!max.ok()) return max.status();
+        absl::StatusOr<std::string> body = RegexToGbnf(*pattern, *min, *max);
+        if (!body.ok()) {
+          return Refuse("format", ptr, std::string(body.status().message()));
         }
-        const std::string rule =
-            builder_.Add(absl::StrCat("format-", f),
-                         absl::StrCat("\"\\\"\" ", *body, " \"\\\"\""));
-        return rule;
+        return builder_.Add(absl::StrCat("format-", f),
+                            absl::StrCat("\"\\\"\" ", *body, " \"\\\"\""));
       }
     }
     absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
@@ -1077,35 +1077,43 @@ class SchemaCompiler {
                                : std::to_string(*max));
   }
 
-  // The GBNF of a format's strings (content only); nullopt for a format
-  // that only annotates.
-  std::optional<std::string> Format(const std::string& f) {
+  // A format's strings (their common form) as a pattern; nullopt for a
+  // format that only annotates.
+  static std::optional<std::string> FormatPattern(const std::string& f) {
     static const char kDate[] =
-        R"([1-9] [0-9]{3} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ))";
+        "[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])";
     static const char kTime[] =
-        R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))";
-    if (f == "date") return kDate;
-    if (f == "time") return kTime;
-    if (f == "date-time") return absl::StrCat(kDate, " \"T\" ", kTime);
+        "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?"
+        "(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    static const char kHost[] =
+        "[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?"
+        "(\\.[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?)*";
+    static const char kOctet[] =
+        "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
+    std::string p;
+    if (f == "date") p = kDate;
+    if (f == "time") p = kTime;
+    if (f == "date-time") p = absl::StrCat(kDate, "T", kTime);
     if (f == "uuid") {
-      return R"([0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12})";
+      p = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
     }
     if (f == "email") {
-      return R"([a-z0-9._+-]{1,32} "@" [a-z0-9] [a-z0-9-]{0,30} ( "." [a-z0-9] [a-z0-9-]{0,30} )* "." [a-z]{2,8})";
+      p = "[a-z0-9._+-]{1,32}@[a-z0-9][a-z0-9-]{0,30}"
+          "(\\.[a-z0-9][a-z0-9-]{0,30})*\\.[a-z]{2,8}";
     }
-    if (f == "hostname") {
-      return R"([a-z0-9] ( [a-z0-9-]{0,30} [a-z0-9] )? ( "." [a-z0-9] ( [a-z0-9-]{0,30} [a-z0-9] )? )*)";
-    }
+    if (f == "hostname") p = kHost;
     if (f == "ipv4") {
-      const std::string octet =
-          R"(( "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9] ))";
-      return absl::StrCat(octet, " \".\" ", octet, " \".\" ", octet, " \".\" ",
-                          octet);
+      p = absl::StrCat(kOctet, "\\.", kOctet, "\\.", kOctet, "\\.", kOctet);
     }
     if (f == "uri") {
-      return R"([a-z] [a-z0-9+.-]{0,10} "://" [a-zA-Z0-9] [a-zA-Z0-9._~%!$&'()*+,;=:@/?-]{0,100})";
+      // scheme://host[:port], then path segments and a query of RFC 3986
+      // characters (no '%': an escape needs its two hex digits).
+      p = absl::StrCat("[a-z][a-z0-9+.-]{0,10}://", kHost, "(:[0-9]{1,5})?",
+                       "(/[a-zA-Z0-9._~!$&'()*+,;=:@-]{0,30}){0,8}",
+                       "(\\?[a-zA-Z0-9._~!$&'()*+,;=:@/?-]{0,40})?");
     }
-    return std::nullopt;
+    if (p.empty()) return std::nullopt;
+    return absl::StrCat("^", p, "$");
   }
 
   absl::StatusOr<std::string> Number(const Json& s, const std::string& ptr,

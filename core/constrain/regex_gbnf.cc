@@ -44,8 +44,8 @@ CodePointSet AnyButLineEnds() {
 // (the same language), so that the grammar is never left-recursive.
 //
 // Lengths are counted in characters (code points, as minLength counts
-// them); max_len -1: unbounded. A repetition of an atom of fixed length
-// keeps the atom and its counts, so that length bounds can re-count it.
+// them); max_len -1: unbounded. A repetition keeps its atom and counts,
+// so that length bounds can re-count it.
 struct Expr {
   std::string expr;
   bool nullable = false;
@@ -135,11 +135,9 @@ Expr Repeat(const Expr& x, int64_t min, int64_t max) {
   Expr out = RepeatExpr(x, min, max);
   out.min_len = MulLen(x.min_len, min);
   out.max_len = MulLen(x.max_len, max);
-  if (x.min_len == x.max_len && x.min_len > 0) {
-    out.atom = std::make_shared<const Expr>(x);
-    out.rep_min = min;
-    out.rep_max = max;
-  }
+  out.atom = std::make_shared<const Expr>(x);
+  out.rep_min = min;
+  out.rep_max = max;
   return out;
 }
 
@@ -227,15 +225,17 @@ class RegexParser {
                                                bool start_anchor,
                                                bool end_anchor, int64_t min,
                                                int64_t max, int& budget) {
-    if (std::optional<std::string> whole =
-            WithLengthAsIs(items, start_anchor, end_anchor, min, max)) {
-      return whole;
+    for (bool fewest : {false, true}) {
+      if (std::optional<std::string> whole = WithLengthAsIs(
+              items, start_anchor, end_anchor, min, max, fewest)) {
+        return whole;
+      }
     }
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].branches == nullptr) continue;
       std::vector<std::string> out;
       for (const std::vector<Expr>& branch : *items[i].branches) {
-        if (--budget < 0) return std::nullopt;
+        if (--budget < 0) break;  // what was found so far
         std::vector<Expr> split(items.begin(), items.begin() + i);
         split.insert(split.end(), branch.begin(), branch.end());
         split.insert(split.end(), items.begin() + i + 1, items.end());
@@ -250,10 +250,12 @@ class RegexParser {
     return std::nullopt;
   }
 
+  // `fewest`: every repetition of a variable-length atom is kept to its
+  // fewest (`(\.[0-9]{1,6})?` to none), not only unbounded ones.
   static std::optional<std::string> WithLengthAsIs(std::vector<Expr> items,
                                                    bool start_anchor,
                                                    bool end_anchor, int64_t min,
-                                                   int64_t max) {
+                                                   int64_t max, bool fewest) {
     // Where the pattern is free, any characters (a match is at the start
     // unless only its end is anchored).
     if (!end_anchor) {
@@ -261,13 +263,21 @@ class RegexParser {
     } else if (!start_anchor) {
       items.insert(items.begin(), Repeat(Plain("json-char"), 0, -1));
     }
-    // Rigid items count their length range; repetitions are re-counted.
+    // Rigid items count their length range; repetitions of fixed-length
+    // atoms are re-counted; one of a variable-length atom without bound is
+    // kept to its fewest (`(\.[a-z]+)*` to none).
     int64_t rigid_min = 0, rigid_max = 0;
     std::vector<size_t> reps;
     for (size_t i = 0; i < items.size(); ++i) {
-      if (items[i].atom != nullptr && items[i].min_len != items[i].max_len) {
+      const Expr* atom = items[i].atom.get();
+      if (atom != nullptr && items[i].min_len != items[i].max_len &&
+          atom->min_len == atom->max_len && atom->min_len > 0) {
         reps.push_back(i);
         continue;
+      }
+      if (atom != nullptr && (items[i].max_len < 0 || fewest) &&
+          atom->max_len >= 0) {
+        items[i] = Repeat(Expr(*atom), items[i].rep_min, items[i].rep_min);
       }
       if (items[i].max_len < 0) return std::nullopt;
       rigid_min += items[i].min_len;
