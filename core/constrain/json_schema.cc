@@ -365,6 +365,59 @@ class SchemaCompiler {
     return a;
   }
 
+  // dependencies (draft-04/07), dependentRequired and dependentSchemas: a
+  // property that brings other required names or a schema with it. As
+  // written: a required one brings them always (its names join
+  // `required`, its schema is combined as allOf is); an optional one is
+  // never written (its schema becomes `false`, which Object() leaves out),
+  // so what it would bring never applies.
+  static absl::StatusOr<Json> WithoutDependencies(const Json& s,
+                                                  const std::string& ptr) {
+    Json out = s;
+    std::set<std::string> required;
+    if (s.contains("required") && s["required"].is_array()) {
+      for (const Json& r : s["required"]) {
+        if (r.is_string()) required.insert(r.get<std::string>());
+      }
+    }
+    Json all_of = Json::array();
+    for (const char* key :
+         {"dependencies", "dependentRequired", "dependentSchemas"}) {
+      if (!s.contains(key)) continue;
+      out.erase(key);
+      if (!s[key].is_object()) return Refuse(key, ptr, "must be an object");
+      for (const auto& [name, what] : s[key].items()) {
+        const bool names = what.is_array();
+        const std::string_view k(key);
+        if ((k != "dependencies" && names != (k == "dependentRequired")) ||
+            (!names && !what.is_object() && !what.is_boolean())) {
+          return Refuse(key, ptr,
+                        absl::StrCat("its entry ", QuoteClientText(name),
+                                     names ? " must be a schema"
+                                           : " must be a list of names"));
+        }
+        if (!required.count(name)) {
+          if (!out.contains("properties") || !out["properties"].is_object()) {
+            out["properties"] = Json::object();
+          }
+          out["properties"][name] = false;
+        } else if (names) {
+          for (const Json& r : what) {
+            if (!r.is_string()) {
+              return Refuse(key, ptr, "must list names as strings");
+            }
+            out["required"].push_back(r);
+          }
+        } else {
+          all_of.push_back(what);
+        }
+      }
+    }
+    if (all_of.empty()) return out;
+    all_of.insert(all_of.begin(), out);
+    return Json{{"allOf", all_of}};
+  }
+
   absl::StatusOr<std::string> Visit(const Json& s, const std::string& ptr,
                                     int depth) {
     if (depth > limits_.max_depth) {
@@ -388,9 +441,14 @@ class SchemaCompiler {
     if (!s.is_object()) {
       return Refuse("schema", ptr, "must be an object or a boolean");
     }
+    if (s.contains("dependencies") || s.contains("dependentRequired") ||
+        s.contains("dependentSchemas")) {
+      absl::StatusOr<Json> plain = WithoutDependencies(s, ptr);
+      if (!plain.ok()) return plain.status();
+      return Visit(*plain, ptr, depth + 1);
+    }
     for (const char* key :
-         {"not", "contains", "propertyNames", "dependentRequired",
-          "dependentSchemas", "dependencies", "minContains", "maxContains"}) {
+         {"not", "contains", "propertyNames", "minContains", "maxContains"}) {
       if (s.contains(key)) {
         return Refuse(key, ptr, "cannot be enforced by a grammar");
       }

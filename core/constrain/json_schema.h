@@ -7,15 +7,16 @@
 // with bounds is written as an integer or a plain decimal within them; a
 // string `format` as its common form, a `date`'s day at most 28; with
 // `uniqueItems` an array holds at most one item; minProperties promotes
-// the first optional properties to required; a `pattern` with minLength /
-// maxLength re-counts its repetitions to fit, regex_gbnf.h) or refused:
-// INVALID_ARGUMENT naming the keyword and its JSON pointer (`not`,
-// `if`/`then`/`else`, `contains`, `multipleOf`, `propertyNames`,
-// `dependentRequired`/`dependentSchemas`, a remote `$ref`, a `pattern` the
-// regex subset does not cover or whose length bounds no re-counting meets
-// (regex_gbnf.h), a `oneOf` whose branches may
-// both match, allOf branches that cannot be combined, a schema nothing
-// validates).
+// the first optional properties to required; a `pattern` or `format`
+// with minLength / maxLength re-counts its repetitions to fit,
+// regex_gbnf.h; an optional property nothing validates, or one with
+// dependencies, is not written, a required one brings its dependencies)
+// or refused: INVALID_ARGUMENT naming the keyword and its JSON pointer
+// (`not`, `if`/`then`/`else`, `contains`, `multipleOf`, `propertyNames`, a
+// remote `$ref`, a `pattern` the regex subset does not cover or whose
+// length bounds no re-counting meets (regex_gbnf.h), a `oneOf` whose
+// branches may both match, allOf branches that cannot be combined, a
+// schema nothing validates).
 //
 // Supported: type (and lists of types), properties / required /
 // additionalProperties, patternProperties (declared properties must not

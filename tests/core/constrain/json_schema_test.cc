@@ -214,6 +214,42 @@ TEST(JsonSchemaTest, WhatNothingValidatesIsLeftOut) {
   }
 }
 
+// dependencies / dependentRequired / dependentSchemas as written: a
+// required property brings what it depends on always; an optional one is
+// never written.
+TEST(JsonSchemaTest, DependenciesHoldAsWritten) {
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"card": {"type": "integer"},
+          "billing": {"type": "string"}, "name": {"type": "string"}},
+          "required": ["name"],
+          "dependencies": {"card": ["billing"]}})",
+      {R"({"name": "x"})", R"({"billing": "y", "name": "x"})"},
+      {R"({"name": "x", "card": 1})",
+       R"({"name": "x", "card": 1, "billing": "y"})"});
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"card": {"type": "integer"},
+          "billing": {"type": "string"}},
+          "required": ["card"], "dependentRequired": {"card": ["billing"]}})",
+      {R"({"card": 1, "billing": "y"})"}, {R"({"card": 1})"});
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"kind": {"type": "string"}},
+          "required": ["kind"],
+          "dependentSchemas": {"kind": {"properties": {"n": {"type": "integer"}},
+                                        "required": ["n"]}}})",
+      {R"({"kind": "a", "n": 1})"}, {R"({"kind": "a"})"});
+  // Schema-form dependencies (draft-07) of an optional property.
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"a": {"type": "integer"},
+          "b": {"type": "integer"}},
+          "dependencies": {"a": {"required": ["c"]}}})",
+      {R"({})", R"({"b": 2})"}, {R"({"a": 1})", R"({"a": 1, "b": 2})"});
+  absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(
+      R"({"type": "object", "dependentRequired": {"a": {"type": "string"}}})");
+  EXPECT_THAT(g.status().message(),
+              HasSubstr("`dependentRequired` at #: its entry \"a\" must be a "
+                        "list of names"));
+}
+
 // oneOf branches told apart only by which properties their objects have:
 // honoured as written (a branch's objects hold only the names it declares
 // or requires), each text matching exactly one branch.
