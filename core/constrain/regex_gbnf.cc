@@ -138,6 +138,17 @@ Expr Repeat(const Expr& x, int64_t min, int64_t max) {
   out.atom = std::make_shared<const Expr>(x);
   out.rep_min = min;
   out.rep_max = max;
+  if (min == 0 && max == 1) {
+    // x? is ( | x ): alternatives length bounds may split.
+    auto branches = std::make_shared<std::vector<std::vector<Expr>>>();
+    branches->emplace_back();
+    if (x.branches != nullptr) {
+      branches->insert(branches->end(), x.branches->begin(), x.branches->end());
+    } else {
+      branches->push_back({x});
+    }
+    out.branches = std::move(branches);
+  }
   return out;
 }
 
@@ -217,41 +228,51 @@ class RegexParser {
   // unbounded length that is not such a repetition, or bounds no count
   // meets).
   //
-  // Where that fails, the first group is split: each of its alternatives
-  // in its place is narrowed alone (`^(\d+\.\d+.*)$`, `^(a|b[a-z]*c)$`),
-  // up to `budget` sequences in all.
+  // Where that fails, a group (or an optional item: `x?` is `( | x )`) is
+  // split, the first of unbounded length or else the first: each of its
+  // alternatives in its place is narrowed alone (`^(\d+\.\d+.*)$`,
+  // `^(a|b[a-z]*c)?$`), up to `budget` sequences in all. Last, every
+  // repetition of a variable-length atom is kept to its fewest.
   static constexpr int kMaxLengthBranches = 64;
   static std::optional<std::string> WithLength(std::vector<Expr> items,
                                                bool start_anchor,
                                                bool end_anchor, int64_t min,
                                                int64_t max, int& budget) {
-    for (bool fewest : {false, true}) {
-      if (std::optional<std::string> whole = WithLengthAsIs(
-              items, start_anchor, end_anchor, min, max, fewest)) {
-        return whole;
-      }
+    if (std::optional<std::string> whole = WithLengthAsIs(
+            items, start_anchor, end_anchor, min, max, /*fewest=*/false)) {
+      return whole;
     }
+    size_t at = items.size();
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].branches == nullptr) continue;
+      if (at == items.size()) at = i;
+      if (items[i].max_len < 0) {
+        at = i;
+        break;
+      }
+    }
+    if (at < items.size()) {
       std::vector<std::string> out;
-      for (const std::vector<Expr>& branch : *items[i].branches) {
+      for (const std::vector<Expr>& branch : *items[at].branches) {
         if (--budget < 0) break;  // what was found so far
-        std::vector<Expr> split(items.begin(), items.begin() + i);
+        std::vector<Expr> split(items.begin(), items.begin() + at);
         split.insert(split.end(), branch.begin(), branch.end());
-        split.insert(split.end(), items.begin() + i + 1, items.end());
+        split.insert(split.end(), items.begin() + at + 1, items.end());
         if (std::optional<std::string> alt = WithLength(
                 std::move(split), start_anchor, end_anchor, min, max, budget)) {
           out.push_back(*std::move(alt));
         }
       }
-      if (out.empty()) return std::nullopt;
-      return absl::StrCat("( ", absl::StrJoin(out, " | "), " )");
+      if (!out.empty()) {
+        return absl::StrCat("( ", absl::StrJoin(out, " | "), " )");
+      }
     }
-    return std::nullopt;
+    return WithLengthAsIs(items, start_anchor, end_anchor, min, max,
+                          /*fewest=*/true);
   }
 
   // `fewest`: every repetition of a variable-length atom is kept to its
-  // fewest (`(\.[0-9]{1,6})?` to none), not only unbounded ones.
+  // fewest (`(\.[0-9]{1,6})?`, `(\s+\S+)*` to none).
   static std::optional<std::string> WithLengthAsIs(std::vector<Expr> items,
                                                    bool start_anchor,
                                                    bool end_anchor, int64_t min,
@@ -264,8 +285,7 @@ class RegexParser {
       items.insert(items.begin(), Repeat(Plain("json-char"), 0, -1));
     }
     // Rigid items count their length range; repetitions of fixed-length
-    // atoms are re-counted; one of a variable-length atom without bound is
-    // kept to its fewest (`(\.[a-z]+)*` to none).
+    // atoms are re-counted.
     int64_t rigid_min = 0, rigid_max = 0;
     std::vector<size_t> reps;
     for (size_t i = 0; i < items.size(); ++i) {
@@ -275,8 +295,8 @@ class RegexParser {
         reps.push_back(i);
         continue;
       }
-      if (atom != nullptr && (items[i].max_len < 0 || fewest) &&
-          atom->max_len >= 0) {
+      if (fewest && atom != nullptr &&
+          (atom->max_len >= 0 || items[i].rep_min == 0)) {
         items[i] = Repeat(Expr(*atom), items[i].rep_min, items[i].rep_min);
       }
       if (items[i].max_len < 0) return std::nullopt;

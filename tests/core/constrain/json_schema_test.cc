@@ -408,7 +408,15 @@ TEST(JsonSchemaTest, PatternsWithLengthBoundsMeetBoth) {
       // Groups split into their alternatives, each narrowed alone.
       {"^(\\d+\\.\\d+.*)$", 0, 6, {"1.5", "10.5a"}},
       {"^([a-c]|[a-c][a-c0-9-]*[a-c])$", 0, 5, {"a", "ab", "a-1-b"}},
-      {"^(x|(ab)+)-?$", 2, 4, {"x-", "ab", "ab-"}}};
+      {"^(x|(ab)+)-?$", 2, 4, {"x-", "ab", "ab-"}},
+      // Optional groups split too (x? is ( | x )); repetitions of
+      // variable-length atoms kept to their fewest as a last resort.
+      {"^([a-z0-9-]+):([a-z0-9\\.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$",
+       0,
+       40,
+       {"a:b::c", "ab:c.d:e:f"}},
+      {"^([A-Za-z0-9][A-Za-z0-9-._]*)?$", 0, 20, {"", "a-b.c"}},
+      {"^(?:\\S+\\s+){0,9}\\S+$", 0, 30, {"word"}}};
   const std::string alphabet = "abcx0159-_\"";
   std::mt19937 rng(17);
   for (const Case& c : cases) {
