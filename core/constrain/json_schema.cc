@@ -631,13 +631,31 @@ class SchemaCompiler {
     return out;
   }
 
-  // The values a oneOf branch may take when it names them (const, enum).
+  // The values a oneOf branch may take when it names them (const, enum;
+  // through allOf, as merged properties are, those all its branches allow).
   static std::optional<std::vector<Json>> Values(const Json& s) {
-    if (s.contains("const")) return std::vector<Json>{s["const"]};
+    std::optional<std::vector<Json>> out;
+    auto restrict = [&out](std::vector<Json> v) {
+      if (out.has_value()) {
+        std::vector<Json> both;
+        for (const Json& x : *out) {
+          if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
+        }
+        v = std::move(both);
+      }
+      out = std::move(v);
+    };
+    if (!s.is_object()) return out;
+    if (s.contains("const")) restrict({s["const"]});
     if (s.contains("enum") && s["enum"].is_array()) {
-      return std::vector<Json>(s["enum"].begin(), s["enum"].end());
+      restrict(std::vector<Json>(s["enum"].begin(), s["enum"].end()));
     }
-    return std::nullopt;
+    if (s.contains("allOf") && s["allOf"].is_array()) {
+      for (const Json& b : s["allOf"]) {
+        if (std::optional<std::vector<Json>> v = Values(b)) restrict(*v);
+      }
+    }
+    return out;
   }
 
   // oneOf needs exactly one branch to match: branches must be told apart

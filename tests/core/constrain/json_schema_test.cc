@@ -270,6 +270,17 @@ TEST(JsonSchemaTest, OneOfObjectsToldApartByTheirProperties) {
           {"type": "object", "properties": {"a": {"type": "integer"},
            "b": {"type": "integer"}}, "required": ["a", "b"]}]})",
       {R"({"a": 1})", R"({"a": 1, "b": 2})"}, {R"({"b": 2})"});
+  // A discriminator whose values the branches give beside the base's
+  // property (merged as allOf).
+  ExpectLanguage(
+      R"({"type": "object", "additionalProperties": false,
+          "properties": {"grant": {"type": "string"}, "n": {"type": "integer"}},
+          "oneOf": [{"properties": {"grant": {"enum": ["code"]}},
+                     "required": ["grant"]},
+                    {"properties": {"grant": {"enum": ["token"]}},
+                     "required": ["grant"]}]})",
+      {R"({"grant": "code"})", R"({"grant": "token", "n": 1})"},
+      {R"({"grant": "other"})", R"({"n": 1})"});
   // Still refused: objects of either may be the same (no required name
   // the other lacks).
   absl::StatusOr<std::shared_ptr<const Grammar>> g = CompileJsonSchema(R"({
