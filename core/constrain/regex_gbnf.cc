@@ -300,14 +300,14 @@ class RegexParser {
         items[i] = Repeat(Expr(*atom), items[i].rep_min, items[i].rep_min);
       }
       if (items[i].max_len < 0) return std::nullopt;
-      rigid_min += items[i].min_len;
-      rigid_max += items[i].max_len;
+      rigid_min = AddLen(rigid_min, items[i].min_len);
+      rigid_max = AddLen(rigid_max, items[i].max_len);
     }
     std::vector<int64_t> lo(reps.size()), hi(reps.size());
     int64_t sum_min = rigid_min;
     for (size_t k = 0; k < reps.size(); ++k) {
       lo[k] = items[reps[k]].rep_min;
-      sum_min += items[reps[k]].atom->min_len * lo[k];
+      sum_min = AddLen(sum_min, MulLen(items[reps[k]].atom->min_len, lo[k]));
     }
     // Raise the first counts that may grow until the shortest is long
     // enough.
