@@ -418,6 +418,107 @@ class SchemaCompiler {
     return Json{{"allOf", all_of}};
   }
 
+  // `not` in the forms that say which properties may not all be present
+  // ({required: [a, b]}, and anyOf / allOf of such), as written: of each
+  // such set, the first name the schema does not require is never written
+  // (its schema becomes `false`), and only objects are (`required` holds
+  // for any other value, so `not` refuses them). `not: {}` (or true):
+  // nothing validates. Any other `not` is refused.
+  static absl::StatusOr<Json> WithoutNot(const Json& s,
+                                         const std::string& ptr) {
+    auto plain = [](const Json& n) {  // n without its annotations
+      Json out = n;
+      if (!n.is_object()) return out;
+      for (const auto& [key, value] : n.items()) {
+        if (IsAnnotation(key)) out.erase(key);
+      }
+      return out;
+    };
+    const Json n = plain(s["not"]);
+    if (n == true || n == Json::object()) {
+      return Unsatisfiable("not", ptr,
+                           "nothing validates: it negates a schema "
+                           "everything validates");
+    }
+    // A set of names that may not all be present, when `x` says so.
+    auto names = [&](const Json& x) -> std::optional<std::vector<std::string>> {
+      const Json p = plain(x);
+      if (!p.is_object() || !p.contains("required") ||
+          !p["required"].is_array()) {
+        return std::nullopt;
+      }
+      std::vector<std::string> out;
+      for (const auto& [key, value] : p.items()) {
+        if (key == "required") continue;
+        if (key != "properties" || !value.is_object()) return std::nullopt;
+        for (const auto& [name, schema] : value.items()) {
+          if (!(schema == true || schema == Json::object())) {
+            return std::nullopt;
+          }
+        }
+      }
+      for (const Json& r : p["required"]) {
+        if (!r.is_string()) return std::nullopt;
+        out.push_back(r.get<std::string>());
+      }
+      return out;
+    };
+    std::vector<std::vector<std::string>> sets;
+    if (std::optional<std::vector<std::string>> one = names(n)) {
+      sets.push_back(*std::move(one));
+    } else if (n.is_object() && n.size() == 1 &&
+               (n.contains("anyOf") || n.contains("allOf")) &&
+               n.begin().value().is_array()) {
+      // not anyOf: none of them; not allOf: not all of them together.
+      const bool any = n.contains("anyOf");
+      std::vector<std::string> together;
+      for (const Json& b : n.begin().value()) {
+        std::optional<std::vector<std::string>> set = names(b);
+        if (!set.has_value()) {
+          return Refuse("not", ptr, "cannot be enforced by a grammar");
+        }
+        if (any) {
+          sets.push_back(*std::move(set));
+        } else {
+          together.insert(together.end(), set->begin(), set->end());
+        }
+      }
+      if (!any) sets.push_back(std::move(together));
+    } else {
+      return Refuse("not", ptr, "cannot be enforced by a grammar");
+    }
+    std::set<std::string> required;
+    if (s.contains("required") && s["required"].is_array()) {
+      for (const Json& r : s["required"]) {
+        if (r.is_string()) required.insert(r.get<std::string>());
+      }
+    }
+    Json out = s;
+    out.erase("not");
+    if (s.contains("type") && !Types(s).count("object")) {
+      return Unsatisfiable("not", ptr,
+                           "holds only for objects, which `type` excludes");
+    }
+    out["type"] = "object";
+    for (const std::vector<std::string>& set : sets) {
+      if (set.empty()) {
+        return Unsatisfiable("not", ptr, "nothing validates");
+      }
+      const auto free =
+          std::find_if(set.begin(), set.end(),
+                       [&](const auto& n) { return !required.count(n); });
+      if (free == set.end()) {
+        return Unsatisfiable("not", ptr,
+                             "excludes properties the schema requires");
+      }
+      if (!out.contains("properties") || !out["properties"].is_object()) {
+        out["properties"] = Json::object();
+      }
+      out["properties"][*free] = false;
+    }
+    return out;
+  }
+
   absl::StatusOr<std::string> Visit(const Json& s, const std::string& ptr,
                                     int depth) {
     if (depth > limits_.max_depth) {
@@ -441,6 +542,11 @@ class SchemaCompiler {
     if (!s.is_object()) {
       return Refuse("schema", ptr, "must be an object or a boolean");
     }
+    if (s.contains("not")) {
+      absl::StatusOr<Json> plain = WithoutNot(s, ptr);
+      if (!plain.ok()) return plain.status();
+      return Visit(*plain, ptr, depth + 1);
+    }
     if (s.contains("dependencies") || s.contains("dependentRequired") ||
         s.contains("dependentSchemas")) {
       absl::StatusOr<Json> plain = WithoutDependencies(s, ptr);
@@ -448,7 +554,7 @@ class SchemaCompiler {
       return Visit(*plain, ptr, depth + 1);
     }
     for (const char* key :
-         {"not", "contains", "propertyNames", "minContains", "maxContains"}) {
+         {"contains", "propertyNames", "minContains", "maxContains"}) {
       if (s.contains(key)) {
         return Refuse(key, ptr, "cannot be enforced by a grammar");
       }

@@ -10,9 +10,10 @@
 // the first optional properties to required; a `pattern` or `format`
 // with minLength / maxLength re-counts its repetitions to fit,
 // regex_gbnf.h; an optional property nothing validates, or one with
-// dependencies, is not written, a required one brings its dependencies)
-// or refused: INVALID_ARGUMENT naming the keyword and its JSON pointer
-// (`not`, `if`/`then`/`else`, `contains`, `multipleOf`, `propertyNames`, a
+// dependencies, is not written, a required one brings its dependencies;
+// of properties `not: {required: [...]}` forbids together, one is not
+// written) or refused: INVALID_ARGUMENT naming the keyword and its JSON
+// pointer (any other `not`, `if`/`then`/`else`, `contains`, `multipleOf`, `propertyNames`, a
 // remote `$ref`, a `pattern` the regex subset does not cover or whose
 // length bounds no re-counting meets (regex_gbnf.h), a `oneOf` whose
 // branches may both match, allOf branches that cannot be combined, a

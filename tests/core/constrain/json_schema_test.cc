@@ -250,6 +250,44 @@ TEST(JsonSchemaTest, DependenciesHoldAsWritten) {
                         "list of names"));
 }
 
+// `not` naming properties that may not all be present holds as written:
+// one of them is never written (and only objects are: `required` holds
+// for anything else); `not: {}` leaves nothing; other forms are refused.
+TEST(JsonSchemaTest, NotRequiredHoldsAsWritten) {
+  ExpectLanguage(
+      R"({"properties": {"image": {"type": "string"},
+          "dockerfile": {"type": "string"}},
+          "not": {"required": ["image", "dockerfile"]}})",
+      {R"({})", R"({"dockerfile": "x"})"},
+      {R"({"image": "a", "dockerfile": "x"})", R"({"image": "a"})", R"("s")"});
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"a": {"type": "integer"},
+          "b": {"type": "integer"}, "c": {"type": "integer"}},
+          "required": ["a"],
+          "not": {"anyOf": [{"required": ["a", "b"]},
+                            {"required": ["c"], "description": "no c"}]}})",
+      {R"({"a": 1})"}, {R"({"a": 1, "b": 2})", R"({"a": 1, "c": 3})"});
+  // An optional property whose schema is `not: {}`: never written.
+  ExpectLanguage(
+      R"({"type": "object", "properties": {"a": {"type": "integer"},
+          "gone": {"not": {}}}})",
+      {R"({"a": 1})"}, {R"({"gone": 1})"});
+  for (const auto& [schema, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "object", "required": ["a"],
+               "not": {"required": ["a"]}})",
+            "`not` at #: excludes properties the schema requires"},
+           {R"({"type": "string", "not": {"enum": ["x"]}})",
+            "`not` at #: cannot be enforced by a grammar"},
+           {R"({"type": "string", "not": {"required": ["x"]}})",
+            "`not` at #: holds only for objects"}}) {
+    absl::StatusOr<std::shared_ptr<const Grammar>> g =
+        CompileJsonSchema(schema);
+    EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr(message)) << schema;
+  }
+}
+
 // oneOf branches told apart only by which properties their objects have:
 // honoured as written (a branch's objects hold only the names it declares
 // or requires), each text matching exactly one branch.
