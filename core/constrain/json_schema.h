@@ -13,9 +13,9 @@
 // dependencies, is not written, a required one brings its dependencies;
 // of properties `not: {required: [...]}` forbids together, one is not
 // written) or refused: INVALID_ARGUMENT naming the keyword and its JSON
-// pointer (any other `not`, `if`/`then`/`else`, `contains`, `multipleOf`, `propertyNames`, a
-// remote `$ref`, a `pattern` the regex subset does not cover or whose
-// length bounds no re-counting meets (regex_gbnf.h), a `oneOf` whose
+// pointer (any other `not`, `if`/`then`/`else`, `contains`, `multipleOf`,
+// `propertyNames`, a remote `$ref`, a `pattern` the regex subset does not cover
+// or whose length bounds no re-counting meets (regex_gbnf.h), a `oneOf` whose
 // branches may both match, allOf branches that cannot be combined, a
 // schema nothing validates).
 //
