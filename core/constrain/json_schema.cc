@@ -1211,52 +1211,35 @@ class SchemaCompiler {
   }
 
   absl::StatusOr<std::string> String(const Json& s, const std::string& ptr) {
+    absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
+    if (!min.ok()) return min.status();
+    absl::StatusOr<int> max = Count(s, "maxLength", ptr, -1);  // -1: none
+    if (!max.ok()) return max.status();
+    if (*max >= 0 && *min > *max) {
+      return Unsatisfiable("minLength", ptr, "is more than maxLength");
+    }
+    // A pattern, or a format's: with length bounds, narrowed to fit.
+    std::optional<std::string> pattern;
+    const char* keyword = "pattern";
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) {
         return Refuse("pattern", ptr, "must be a string");
       }
-      absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
-      if (!min.ok()) return min.status();
-      absl::StatusOr<int> max = Count(s, "maxLength", ptr, -1);
-      if (!max.ok()) return max.status();
-      absl::StatusOr<std::string> body =
-          RegexToGbnf(s["pattern"].get<std::string>(), *min, *max);
+      pattern = s["pattern"].get<std::string>();
+    } else if (s.contains("format") && s["format"].is_string()) {
+      pattern = FormatPattern(s["format"].get<std::string>());
+      keyword = "format";
+    }
+    if (pattern.has_value()) {
+      absl::StatusOr<std::string> body = RegexToGbnf(*pattern, *min, *max);
       if (!body.ok()) {
-        return Refuse("pattern", ptr, std::string(body.status().message()));
+        return Refuse(keyword, ptr, std::string(body.status().message()));
       }
       return absl::StrCat("\"\\\"\" ", *body, " \"\\\"\"");
     }
-    if (s.contains("format") && s["format"].is_string()) {
-      const std::string f = s["format"].get<std::string>();
-      if (std::optional<std::string> pattern = FormatPattern(f)) {
-        // With length bounds, narrowed to fit as a pattern is.
-        absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
-        if (!min.ok()) return min.status();
-        absl::StatusOr<int> max = Count(s, "maxLength", ptr, -1);
-        if (!max.ok()) return max.status();
-        absl::StatusOr<std::string> body = RegexToGbnf(*pattern, *min, *max);
-        if (!body.ok()) {
-          return Refuse("format", ptr, std::string(body.status().message()));
-        }
-        return builder_.Add(absl::StrCat("format-", f),
-                            absl::StrCat("\"\\\"\" ", *body, " \"\\\"\""));
-      }
-    }
-    absl::StatusOr<int> min = Count(s, "minLength", ptr, 0);
-    if (!min.ok()) return min.status();
-    absl::StatusOr<int> max =
-        Count(s, "maxLength", ptr, std::numeric_limits<int>::max());
-    if (!max.ok()) return max.status();
-    if (*min > *max) {
-      return Unsatisfiable("minLength", ptr, "is more than maxLength");
-    }
-    if (*min == 0 && *max == std::numeric_limits<int>::max()) {
-      return std::string("json-string");
-    }
+    if (*min == 0 && *max < 0) return std::string("json-string");
     return absl::StrFormat("\"\\\"\" json-char{%d,%s} \"\\\"\"", *min,
-                           *max == std::numeric_limits<int>::max()
-                               ? std::string()
-                               : std::to_string(*max));
+                           *max < 0 ? std::string() : std::to_string(*max));
   }
 
   // A format's strings (their common form) as a pattern; nullopt for a

@@ -11,9 +11,9 @@ std::vector<absl::StatusOr<int32_t>> SampleAll(
   std::vector<absl::StatusOr<int32_t>> tokens(n, absl::UnknownError(""));
   int64_t total = 0;
   for (absl::Span<const float> row : logits) total += row.size();
-  // A draw reads its row a few times (about 15 ns a logit at temperature
-  // 1); below this many logits a fork-join of the threads costs more than
-  // it saves.
+  // A draw at temperature 1 costs about 11 ns a logit (constrain_bench);
+  // below this many logits a fork-join of the threads costs more than it
+  // saves.
   constexpr int64_t kParallelLogits = int64_t{1} << 17;
 #pragma omp parallel for schedule(dynamic, \
                                   1) if (n > 1 && total >= kParallelLogits)

@@ -2,6 +2,7 @@
 // the sampler's seed, the output is a sentence of the grammar (or a prefix
 // of one when max_tokens cut it), it ends where the grammar is complete,
 // and choices each keep their own grammar state.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,10 +159,19 @@ TEST(EngineParallelSamplingTest, ABatchDrawsWhatEachSequenceDrawsAlone) {
       MappedFile::FromBytes(bytes, "deepseek-vocab.gguf"), {});
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ(model->weights->config.vocab_size, 102400);
+  // The widest decode step (every sequence of it drawing a token): the
+  // sequences must have been sampled together.
+  class WidestDecode : public testing::NullObserver {
+   public:
+    void OnStep(int64_t tokens, int64_t sequences, double) override {
+      if (tokens == sequences && sequences > widest) widest = sequences;
+    }
+    std::atomic<int64_t> widest{0};
+  } observer;
   // All cores (one under TSan: OMP_NUM_THREADS=1, as libgomp is not
   // instrumented).
-  absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create({}, model->weights.get(), model->tokenizer.get(), nullptr);
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      {}, model->weights.get(), model->tokenizer.get(), &observer);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   auto digits = Compile(R"(root ::= "[" [0-9]{1,4} ( ", " [0-9]{1,4} )* "]")");
@@ -197,7 +207,9 @@ TEST(EngineParallelSamplingTest, ABatchDrawsWhatEachSequenceDrawsAlone) {
     alone.push_back(run({i})[0]);
     EXPECT_FALSE(alone[i].empty()) << "sequence " << i;
   }
+  observer.widest = 0;
   const std::vector<std::string> together = run({0, 1, 2, 3, 4, 5});
+  EXPECT_GE(observer.widest, 4) << "the sequences never decoded together";
   for (int i = 0; i < kSequences; ++i) {
     EXPECT_EQ(together[i], alone[i]) << "sequence " << i;
     if (i % 3 == 2) {
