@@ -445,6 +445,15 @@ int Serve() {
     std::fprintf(stderr, "kvserve: %s\n", engine.status().ToString().c_str());
     return 1;
   }
+  {
+    const constrain::ReplyFormat& f = (*engine)->reply_format();
+    std::fprintf(stderr, "kvserve: tool calls read as %s%s\n",
+                 std::string(constrain::ToolCallFormatName(f.tools)).c_str(),
+                 f.reasoning ? (f.reasoning_open
+                                    ? "; replies open in reasoning (<think>)"
+                                    : "; reasoning (<think>) returned apart")
+                             : "");
+  }
 
   const auto process_metrics = std::make_shared<ProcessMetrics>();
   std::unique_ptr<prometheus::Exposer> exposer;

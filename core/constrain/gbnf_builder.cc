@@ -118,14 +118,14 @@ std::string GbnfClass(const CodePointSet& set) {
 }
 
 std::string GbnfBuilder::Reserve(std::string_view base) {
-  std::string clean;
+  std::string clean = prefix_;
   for (char c : base) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                     (c >= '0' && c <= '9') || c == '-';
     clean.push_back(ok ? c : '-');
-    if (clean.size() >= 40) break;
+    if (clean.size() >= prefix_.size() + 40) break;
   }
-  if (clean.empty()) clean.push_back('r');
+  if (clean.size() == prefix_.size()) clean.push_back('r');
   std::string name = clean;
   for (int i = 2; !names_.insert(name).second; ++i) {
     name = absl::StrCat(clean, "-", i);

@@ -55,6 +55,9 @@ std::string GbnfClass(const CodePointSet& set);
 
 class GbnfBuilder {
  public:
+  // Every name begins with `prefix` (for rules that join a larger grammar).
+  explicit GbnfBuilder(std::string prefix = "") : prefix_(std::move(prefix)) {}
+
   // A new rule's name, made from `base` (characters outside [a-zA-Z0-9-]
   // become '-'), unique in this builder; its body is set later.
   std::string Reserve(std::string_view base);
@@ -70,6 +73,7 @@ class GbnfBuilder {
   int64_t bytes() const { return bytes_; }
 
  private:
+  const std::string prefix_;
   std::vector<std::pair<std::string, std::string>> rules_;
   absl::flat_hash_set<std::string> names_;
   int64_t bytes_ = 0;

@@ -149,16 +149,22 @@ std::string IntegerRange(int64_t lo, int64_t hi) {
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const Json& root, const JsonSchemaLimits& limits)
+  // `prefix`: see JsonSchemaRules.
+  SchemaCompiler(const Json& root, const JsonSchemaLimits& limits,
+                 std::string prefix = "")
       : root_(root),
         limits_(limits),
-        deadline_(absl::Now() + limits.max_time) {}
+        deadline_(absl::Now() + limits.max_time),
+        prefix_(prefix),
+        builder_(std::move(prefix)) {}
 
   absl::StatusOr<std::string> Compile() {
+    const std::string root_name = builder_.Reserve("root");
     absl::StatusOr<std::string> expr = Visit(root_, "", 0);
     if (!expr.ok()) return expr.status();
-    std::string text = absl::StrCat("root ::= ", *expr, "\n");
-    absl::StrAppend(&text, builder_.Text(JsonGbnfRules()));
+    std::string text = absl::StrCat(root_name, " ::= ", *expr, "\n");
+    absl::StrAppend(&text,
+                    builder_.Text(prefix_.empty() ? JsonGbnfRules() : ""));
     if (static_cast<int64_t>(text.size()) > limits_.max_grammar_bytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the schema's grammar is %d bytes, more than the %d allowed",
@@ -1361,14 +1367,18 @@ class SchemaCompiler {
   const Json& root_;
   const JsonSchemaLimits limits_;
   const absl::Time deadline_;
+  const std::string prefix_;
   GbnfBuilder builder_;
   absl::flat_hash_map<std::string, std::string> ref_rules_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json,
-                                             const JsonSchemaLimits& limits) {
+namespace {
+
+absl::StatusOr<std::string> SchemaToGbnf(std::string_view schema_json,
+                                         const JsonSchemaLimits& limits,
+                                         std::string prefix) {
   if (static_cast<int64_t>(schema_json.size()) > limits.max_schema_bytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the schema is %d bytes, more than the %d allowed",
@@ -1381,7 +1391,20 @@ absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json,
   if (schema.is_discarded()) {
     return absl::InvalidArgumentError("the schema is not JSON");
   }
-  return SchemaCompiler(schema, limits).Compile();
+  return SchemaCompiler(schema, limits, std::move(prefix)).Compile();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json,
+                                             const JsonSchemaLimits& limits) {
+  return SchemaToGbnf(schema_json, limits, "");
+}
+
+absl::StatusOr<std::string> JsonSchemaRules(std::string_view schema_json,
+                                            std::string prefix,
+                                            const JsonSchemaLimits& limits) {
+  return SchemaToGbnf(schema_json, limits, std::move(prefix));
 }
 
 absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(

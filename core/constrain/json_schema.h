@@ -60,6 +60,14 @@ struct JsonSchemaLimits {
 absl::StatusOr<std::string> JsonSchemaToGbnf(
     std::string_view schema_json, const JsonSchemaLimits& limits = {});
 
+// For a grammar that joins several schemas (tool calls): the rules of
+// JsonSchemaToGbnf with every name beginning with `prefix` (non-empty), the
+// first `<prefix>root`, and without the shared json-* rules, which the
+// caller adds once (JsonGbnfRules(), json_grammar.h).
+absl::StatusOr<std::string> JsonSchemaRules(
+    std::string_view schema_json, std::string prefix,
+    const JsonSchemaLimits& limits = {});
+
 // JsonSchemaToGbnf compiled.
 absl::StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(
     std::string_view schema_json, const JsonSchemaLimits& limits = {});

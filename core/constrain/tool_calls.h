@@ -75,6 +75,19 @@ ReplyFormat DetectReplyFormat(std::string_view template_source);
 // Whether a rendered prompt ends inside an opened reasoning block.
 bool ReasoningOpenAfter(std::string_view prompt);
 
+// A function the client offers the model (OpenAI's tools[i].function).
+struct ToolSpec {
+  std::string name;
+  std::string parameters_json;  // a JSON Schema; empty: any object
+};
+
+// OpenAI's tool_choice.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kFunction };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction: the one to call
+};
+
 struct ToolCall {
   std::string id;  // as the model wrote it (Mistral, Command R); else empty
   std::string name;

@@ -354,6 +354,7 @@ std::optional<FinishReason> Engine::EmitToken(Sequence& seq, int32_t token,
     out.text = std::move(r.text);
     stopped = r.stopped;
     if (seq.messages_before >= 0) seq.reply += out.text;
+    if (tokenizer_->IsControl(token)) out.control = tokenizer_->Piece(token);
   }
   seq.prev_token = token;
   seq.call->sink()->OnToken(std::move(out));

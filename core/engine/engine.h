@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "core/chat/chat_prompt.h"
 #include "core/chat/chat_template.h"
+#include "core/constrain/tool_calls.h"
 #include "core/engine/engine_observer.h"
 #include "core/engine/prep_worker.h"
 #include "core/engine/requests.h"
@@ -138,6 +139,8 @@ class Engine {
   int64_t kv_bytes_per_token() const;
   int64_t kv_capacity_bytes() const;
   const EngineOptions& options() const { return options_; }
+  // How the chat template's replies carry tool calls and reasoning.
+  const constrain::ReplyFormat& reply_format() const { return reply_format_; }
 
  private:
   Engine(const EngineOptions& options, const ModelWeights* weights,
@@ -251,6 +254,7 @@ class Engine {
   bool stopped_ = false;                  // the loop ended (engine thread)
   std::unique_ptr<ChatTemplate> chatml_;  // when options_ has no template
   const ChatTemplate* chat_template_ = nullptr;
+  constrain::ReplyFormat reply_format_;
   // Constrained decoding's vocabulary (built once) and grammars in use.
   std::unique_ptr<constrain::MatcherCache> matchers_;
 

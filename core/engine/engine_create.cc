@@ -11,6 +11,22 @@
 #include "core/engine/engine.h"
 
 namespace kvserve {
+namespace {
+
+// The template's tool-call format and reasoning; whether its generation
+// prompt opens the reasoning block is seen by rendering one.
+constrain::ReplyFormat ReplyFormatOf(const ChatTemplate& chat_template) {
+  constrain::ReplyFormat f =
+      constrain::DetectReplyFormat(chat_template.source());
+  ChatTemplateInput probe;
+  probe.messages.push_back({.role = "user", .content = "Hi"});
+  absl::StatusOr<std::string> prompt = chat_template.Render(probe);
+  f.reasoning_open =
+      f.reasoning && prompt.ok() && constrain::ReasoningOpenAfter(*prompt);
+  return f;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const EngineOptions& options, const ModelWeights* weights,
@@ -97,6 +113,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     e->chatml_ = *std::move(chatml);
     e->chat_template_ = e->chatml_.get();
   }
+  e->reply_format_ = ReplyFormatOf(*e->chat_template_);
   e->matchers_ = std::make_unique<constrain::MatcherCache>(
       std::make_shared<const constrain::ConstraintVocabulary>(*tokenizer));
   e->scheduler_ = std::make_unique<Scheduler>(

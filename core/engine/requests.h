@@ -75,6 +75,10 @@ struct SessionList {
 struct GeneratedToken {
   int32_t token_id = 0;
   std::string text;  // valid UTF-8, possibly empty
+  // A control token that does not end the generation, by its piece
+  // ("<|python_tag|>", "[TOOL_CALLS]"): not text, but where a tool call
+  // begins in formats that mark calls with one; empty otherwise.
+  std::string control{};
   std::optional<Logprobs> logprobs;
 };
 

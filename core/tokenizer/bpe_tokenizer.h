@@ -52,6 +52,10 @@ class BpeTokenizer : public Tokenizer {
   int32_t bos_id() const override { return vocab_.bos_id; }
   int32_t eos_id() const override { return vocab_.eos_id; }
   bool IsEndOfGeneration(int32_t id) const override;
+  bool IsControl(int32_t id) const override {
+    return id >= 0 && id < vocab_.size() &&
+           vocab_.type(id) == TokenType::kControl;
+  }
 
  private:
   BpeTokenizer(Vocab vocab, PreTokenizer pre_tokenizer);

@@ -60,6 +60,10 @@ class Tokenizer {
   // tokens that stand for an end of turn ("<|im_end|>", "<|eot_id|>",
   // "<|end|>", "<end_of_turn>", "<|endoftext|>", ...).
   virtual bool IsEndOfGeneration(int32_t id) const = 0;
+  // A control token (decodes to nothing; its Piece is its name, as
+  // "<|python_tag|>"). For tool-call formats whose markers are control
+  // tokens.
+  virtual bool IsControl(int32_t /*id*/) const { return false; }
 };
 
 }  // namespace kvserve

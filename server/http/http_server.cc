@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/chat/chat_prompt.h"
+#include "core/constrain/tool_call_grammar.h"
 #include "core/util/quote.h"
 #include "core/util/status_reason.h"
 #include "server/http/openai_json.h"
@@ -99,6 +100,8 @@ absl::StatusOr<T> Await(Start start) {
 // One choice of a generation: what it has generated so far.
 struct ChoiceState {
   std::string text;
+  // The reply read into content, reasoning and tool calls, when parsed.
+  std::optional<constrain::ReplyStream> reply;
   std::vector<TokenLogprobEntry> entries;  // when logprobs
   int32_t prev_id = -1;
   // Set when it finished.
@@ -124,20 +127,30 @@ struct Generation {
     return echo.empty() ? kNone : echo[index / n];
   }
 
-  // Adds a token to its choice's text and entries; returns its logprob
-  // entry, if any.
-  std::optional<TokenLogprobEntry> Add(const Tokenizer& tokenizer, int index,
-                                       const GeneratedToken& token) {
+  // What a token added to its choice.
+  struct Added {
+    std::optional<TokenLogprobEntry> entry;  // its logprob entry, if any
+    constrain::ReplyDelta delta;             // when the reply is parsed
+  };
+
+  // Adds a token to its choice's text, entries and parsed reply.
+  Added Add(const Tokenizer& tokenizer, int index,
+            const GeneratedToken& token) {
     ChoiceState& c = choices[index];
-    std::optional<TokenLogprobEntry> entry;
+    Added added;
     if (logprobs && token.logprobs.has_value()) {
-      entry = MakeLogprobEntry(tokenizer, c.prev_id, token,
-                               static_cast<int64_t>(c.text.size()));
-      c.entries.push_back(*entry);
+      added.entry = MakeLogprobEntry(tokenizer, c.prev_id, token,
+                                     static_cast<int64_t>(c.text.size()));
+      c.entries.push_back(*added.entry);
     }
     c.prev_id = token.token_id;
     c.text += token.text;
-    return entry;
+    if (c.reply.has_value()) {
+      // A control token's piece is where some formats' calls begin.
+      added.delta = c.reply->Push(
+          token.control.empty() ? token.text : token.control + token.text);
+    }
+    return added;
   }
 
   // Records a choice's result; the first failure cancels the others (the
@@ -176,6 +189,8 @@ struct Generation {
   bool logprobs = false;
   bool include_usage = false;
   std::unique_ptr<RequestRecord> record;
+  // Chat: how each choice's reply is read; nullopt: plain content.
+  std::optional<constrain::ParseOptions> parse;
   // echo: each prompt's text, sent before what is generated for it.
   std::vector<std::string> echo;
 
@@ -437,8 +452,31 @@ class HttpServer::Handlers {
     r->params.owner = caller.owner;
     if (auto* chat = std::get_if<ChatInput>(&r->params.prompt)) {
       chat->tools_json = r->tools_json;
+      if (absl::Status s = ConstrainToolCalls(*r); !s.ok()) return s;
     }
     return r;
+  }
+
+  // tool_choice "required" or a named function: the reply is constrained
+  // to calls whose arguments validate (and, in the generic format, "auto"
+  // to calls or a response).
+  absl::Status ConstrainToolCalls(GenerationRequest& r) const {
+    absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =
+        constrain::ToolCallGrammar(deps_.engine->reply_format(), r.tools,
+                                   r.tool_choice, r.parallel_tool_calls);
+    if (!g.ok()) return g.status();
+    if (*g == nullptr) return absl::OkStatus();
+    if (r.params.grammar != nullptr) {
+      if (r.tool_choice.mode == constrain::ToolChoice::Mode::kAuto) {
+        return absl::OkStatus();  // the client's constraint rules the reply
+      }
+      return absl::InvalidArgumentError(
+          "`tool_choice` that requires a call cannot be given with "
+          "`response_format`, `grammar` or `json_schema`: one constraint per "
+          "request");
+    }
+    r.params.grammar = *std::move(g);
+    return absl::OkStatus();
   }
 
   // Makes the calls of every choice of every prompt (each prompt's first
@@ -452,6 +490,9 @@ class HttpServer::Handlers {
     const int total = static_cast<int>(prompts.size()) * r.n;
     g.queue = std::make_shared<TokenQueue>(total);
     g.choices.resize(total);
+    if (g.parse.has_value()) {
+      for (ChoiceState& c : g.choices) c.reply.emplace(*g.parse);
+    }
     g.unfinished = total;
     std::vector<std::shared_ptr<GenerateCall>> firsts;
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -495,6 +536,9 @@ class HttpServer::Handlers {
         .created = absl::ToUnixSeconds(absl::Now()),
         .model = model_name()};
     g.logprobs = r->logprobs;
+    if (endpoint == Endpoint::kChatCompletions) {
+      g.parse = ReplyParseOptions(*r, deps_.engine->reply_format());
+    }
     g.include_usage = r->stream && r->include_usage;
     const bool stream = r->stream;
     const std::string session_id = r->params.session_id;
@@ -554,8 +598,15 @@ class HttpServer::Handlers {
     for (size_t i = 0; i < g.choices.size(); ++i) {
       ChoiceState& c = g.choices[i];
       const GenerateResult& result = **c.result;
+      std::optional<constrain::ParsedReply> reply;
+      if (c.reply.has_value()) {
+        c.reply->Push(result.text);
+        c.reply->Finish();
+        reply = c.reply->sent();
+      }
       choices.push_back(
           {.text = g.echo_of(i) + c.text + result.text,
+           .reply = std::move(reply),
            .finish_reason = result.finish_reason,
            .logprobs = g.logprobs ? std::make_optional(std::move(c.entries))
                                   : std::nullopt});
@@ -602,14 +653,18 @@ class HttpServer::Handlers {
       if (stopping_.load()) g.CancelAll();
       if (res.ClientGone()) return false;
     } else if (auto* token = std::get_if<GeneratedToken>(&event->what)) {
-      std::optional<TokenLogprobEntry> entry =
-          g.Add(*deps_.tokenizer, event->index, *token);
-      if (g.status.ok() && (!token->text.empty() || entry.has_value())) {
+      Generation::Added added = g.Add(*deps_.tokenizer, event->index, *token);
+      const bool parsed = g.choices[event->index].reply.has_value();
+      const bool any = parsed ? !added.delta.empty() : !token->text.empty();
+      if (g.status.ok() && (any || added.entry.has_value())) {
         std::optional<std::vector<TokenLogprobEntry>> logprobs;
-        if (entry.has_value()) logprobs.emplace(1, *std::move(entry));
-        out +=
-            SseEvent(ChunkJson(g.meta, event->index, {{"content", token->text}},
-                               logprobs, "", g.include_usage));
+        if (added.entry.has_value()) {
+          logprobs.emplace(1, *std::move(added.entry));
+        }
+        out += SseEvent(ChunkJson(g.meta, event->index,
+                                  parsed ? ReplyDeltaJson(added.delta)
+                                         : Json{{"content", token->text}},
+                                  logprobs, "", g.include_usage));
       }
     } else {
       const bool failed_before = !g.status.ok();
@@ -617,14 +672,29 @@ class HttpServer::Handlers {
                                    std::move(event->what)));
       const auto& result = *g.choices[event->index].result;
       if (result.ok() && g.status.ok()) {
-        if (!result->text.empty()) {
-          out += SseEvent(ChunkJson(g.meta, event->index,
-                                    {{"content", result->text}}, std::nullopt,
+        std::optional<constrain::ReplyStream>& reply =
+            g.choices[event->index].reply;
+        std::vector<Json> deltas;
+        if (!reply.has_value()) {
+          if (!result->text.empty()) {
+            deltas.push_back({{"content", result->text}});
+          }
+        } else {
+          for (const constrain::ReplyDelta& d :
+               {reply->Push(result->text), reply->Finish()}) {
+            if (!d.empty()) deltas.push_back(ReplyDeltaJson(d));
+          }
+        }
+        for (const Json& delta : deltas) {
+          out += SseEvent(ChunkJson(g.meta, event->index, delta, std::nullopt,
                                     "", g.include_usage));
         }
-        out += SseEvent(ChunkJson(
-            g.meta, event->index, Json::object(), std::nullopt,
-            OpenAiFinishReason(result->finish_reason), g.include_usage));
+        const bool called_tools =
+            reply.has_value() && !reply->sent().calls.empty();
+        out += SseEvent(
+            ChunkJson(g.meta, event->index, Json::object(), std::nullopt,
+                      OpenAiFinishReason(result->finish_reason, called_tools),
+                      g.include_usage));
       } else if (!failed_before && !g.status.ok()) {
         // The first failure ends the stream's content (the other choices
         // are cancelled).

@@ -265,10 +265,6 @@ void RefuseUnhonoured(FieldReader& f) {
       {"audio", nullptr, "is not supported (text only)"},
       {"modalities", Json::array({"text"}), "must be [\"text\"] (text only)"},
       {"prediction", nullptr, "is not supported"},
-      {"tool_choice", "auto",
-       "is not supported yet: only \"auto\" (tool calls are not parsed from "
-       "the output)"},
-      {"parallel_tool_calls", true, "is not supported yet: only true"},
       {"functions", nullptr,
        "is deprecated by OpenAI and not supported; use `tools`"},
       {"function_call", nullptr,
@@ -660,6 +656,122 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& messages) {
   return out;
 }
 
+namespace {
+
+// OpenAI's rule for a function's name: it reaches templates and grammars
+// as written.
+bool IsToolName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `tools`: [{"type": "function", "function": {"name", "description",
+// "parameters"}}], names unique.
+absl::StatusOr<std::vector<constrain::ToolSpec>> ReadTools(const Json& tools) {
+  std::vector<constrain::ToolSpec> out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = absl::StrCat("tools[", i, "]");
+    if (!tools[i].is_object()) return TypeError(at, "an object", tools[i]);
+    FieldReader t(tools[i], at + ".");
+    const std::string type = t.String("type").value_or("function");
+    const Json* function = t.Object("function");
+    if (!t.status().ok()) return t.status();
+    if (type != "function") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "`", at, ".type` must be \"function\", got ", QuoteClientText(type)));
+    }
+    if (function == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`", at, ".function` is required"));
+    }
+    FieldReader fn(*function, at + ".function.");
+    constrain::ToolSpec spec;
+    spec.name = fn.String("name").value_or("");
+    if (const Json* parameters = fn.Object("parameters")) {
+      spec.parameters_json = parameters->dump();
+    }
+    fn.String("description");
+    if (!fn.status().ok()) return fn.status();
+    if (!IsToolName(spec.name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "`", at,
+          ".function.name` must be 1 to 64 letters, digits, '_' or "
+          "'-', got ",
+          QuoteClientText(spec.name)));
+    }
+    for (const constrain::ToolSpec& other : out) {
+      if (other.name == spec.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("`", at, ".function.name` ",
+                         QuoteClientText(spec.name), " names a tool twice"));
+      }
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+// `tool_choice`: "none", "auto", "required" or {"type": "function",
+// "function": {"name"}} naming one of `tools`.
+absl::StatusOr<constrain::ToolChoice> ReadToolChoice(
+    const Json* v, const std::vector<constrain::ToolSpec>& tools) {
+  using Mode = constrain::ToolChoice::Mode;
+  constrain::ToolChoice choice;
+  if (v == nullptr) return choice;
+  if (v->is_string()) {
+    const std::string& s = v->get_ref<const std::string&>();
+    if (s == "none") {
+      choice.mode = Mode::kNone;
+    } else if (s == "required") {
+      choice.mode = Mode::kRequired;
+    } else if (s != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "`tool_choice` must be \"none\", \"auto\", \"required\" or "
+          "{\"type\": \"function\", \"function\": {\"name\": ...}}, got ",
+          QuoteClientText(s)));
+    }
+  } else if (v->is_object()) {
+    FieldReader f(*v, "tool_choice.");
+    const std::string type = f.String("type").value_or("");
+    const Json* function = f.Object("function");
+    std::optional<std::string> name;
+    if (function != nullptr) {
+      FieldReader fn(*function, "tool_choice.function.");
+      name = fn.String("name");
+      if (!fn.status().ok()) return fn.status();
+    }
+    if (!f.status().ok()) return f.status();
+    if (type != "function" || !name.has_value()) {
+      return absl::InvalidArgumentError(
+          "`tool_choice` as an object must be {\"type\": \"function\", "
+          "\"function\": {\"name\": ...}}");
+    }
+    choice.mode = Mode::kFunction;
+    choice.function = *name;
+    if (std::none_of(tools.begin(), tools.end(),
+                     [&](const auto& t) { return t.name == *name; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("`tool_choice.function.name` ", QuoteClientText(*name),
+                       " is not one of `tools`"));
+    }
+  } else {
+    return TypeError("tool_choice", "a string or an object", *v);
+  }
+  if (choice.mode == Mode::kRequired && tools.empty()) {
+    return absl::InvalidArgumentError(
+        "`tool_choice` \"required\" needs `tools`");
+  }
+  return choice;
+}
+
+}  // namespace
+
 absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
                                                    int default_max_tokens) {
   GenerationRequest out;
@@ -677,8 +789,29 @@ absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
     f.Invalid("top_logprobs", "needs `logprobs`: true");
   }
   out.params.logprobs = out.logprobs ? static_cast<int>(top.value_or(0)) : -1;
-  if (const Json* tools = f.Array("tools")) out.tools_json = Dump(*tools);
+  const Json* tools = f.Array("tools");
+  if (tools != nullptr) out.tools_json = Dump(*tools);
+  out.parallel_tool_calls = f.Bool("parallel_tool_calls").value_or(true);
+  if (std::optional<std::string> format = f.String("reasoning_format")) {
+    if (*format == "none") {
+      out.reasoning_inline = true;
+    } else if (*format != "auto" && *format != "deepseek") {
+      f.Invalid("reasoning_format",
+                absl::StrCat("must be \"auto\", \"deepseek\" or \"none\", "
+                             "got ",
+                             QuoteClientText(*format)));
+    }
+  }
   if (!f.status().ok()) return f.status();
+  if (tools != nullptr) {
+    absl::StatusOr<std::vector<constrain::ToolSpec>> specs = ReadTools(*tools);
+    if (!specs.ok()) return specs.status();
+    out.tools = *std::move(specs);
+  }
+  absl::StatusOr<constrain::ToolChoice> choice =
+      ReadToolChoice(f.Find("tool_choice"), out.tools);
+  if (!choice.ok()) return choice.status();
+  out.tool_choice = *std::move(choice);
   const Json* messages = f.Find("messages");
   if (messages == nullptr) {
     return absl::InvalidArgumentError("`messages` is required");
@@ -813,17 +946,55 @@ absl::Status CheckModel(absl::string_view requested, absl::string_view served) {
       kReasonModelNotFound);
 }
 
-absl::string_view OpenAiFinishReason(FinishReason reason) {
+absl::string_view OpenAiFinishReason(FinishReason reason, bool called_tools) {
   switch (reason) {
     case FinishReason::kLength:
     case FinishReason::kContextFull:
       return "length";
     case FinishReason::kStop:
     case FinishReason::kEos:
+      return called_tools ? "tool_calls" : "stop";
     case FinishReason::kCancelled:
       return "stop";
   }
   return "stop";
+}
+
+std::optional<constrain::ParseOptions> ReplyParseOptions(
+    const GenerationRequest& request, const constrain::ReplyFormat& format) {
+  constrain::ParseOptions o;
+  o.format = format;
+  o.tools = !request.tools.empty() &&
+            request.tool_choice.mode != constrain::ToolChoice::Mode::kNone;
+  o.single_call = !request.parallel_tool_calls;
+  o.split_reasoning = !request.reasoning_inline;
+  if (!o.tools && !(format.reasoning && o.split_reasoning)) {
+    return std::nullopt;
+  }
+  return o;
+}
+
+Json ReplyDeltaJson(const constrain::ReplyDelta& delta) {
+  Json out = Json::object();
+  if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+  if (!delta.content.empty()) out["content"] = delta.content;
+  if (!delta.calls.empty()) {
+    Json calls = Json::array();
+    for (const constrain::ReplyDelta::Call& c : delta.calls) {
+      Json call = {{"index", c.index}};
+      Json function = Json::object();
+      if (!c.id.empty()) {
+        call["id"] = c.id;
+        call["type"] = "function";
+        function["name"] = c.name;
+      }
+      function["arguments"] = c.arguments;
+      call["function"] = std::move(function);
+      calls.push_back(std::move(call));
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  return out;
 }
 
 TokenLogprobEntry MakeLogprobEntry(const Tokenizer& tokenizer, int32_t prev_id,
@@ -861,13 +1032,34 @@ Json CompletionJson(const ResponseMeta& meta,
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceOutput& c = choices[i];
     Json choice = {{"index", i}};
-    if (meta.endpoint == Endpoint::kChatCompletions) {
+    const bool called_tools = c.reply.has_value() && !c.reply->calls.empty();
+    if (meta.endpoint != Endpoint::kChatCompletions) {
+      choice["text"] = c.text;
+    } else if (!c.reply.has_value()) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
-      choice["text"] = c.text;
+      const constrain::ParsedReply& r = *c.reply;
+      // OpenAI's content is null beside tool calls that came alone.
+      Json message = {
+          {"role", "assistant"},
+          {"content", r.content.empty() && called_tools ? Json(nullptr)
+                                                        : Json(r.content)}};
+      if (!r.reasoning.empty()) message["reasoning_content"] = r.reasoning;
+      if (called_tools) {
+        Json calls = Json::array();
+        for (const constrain::ToolCall& call : r.calls) {
+          calls.push_back(
+              {{"id", call.id},
+               {"type", "function"},
+               {"function",
+                {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
     }
     choice["logprobs"] = LogprobsJson(meta.endpoint, c.logprobs);
-    choice["finish_reason"] = OpenAiFinishReason(c.finish_reason);
+    choice["finish_reason"] = OpenAiFinishReason(c.finish_reason, called_tools);
     list.push_back(std::move(choice));
   }
   Json out = MetaJson(meta, /*chunk=*/false);

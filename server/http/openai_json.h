@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/chat/chat_template.h"
+#include "core/constrain/tool_calls.h"
 #include "core/engine/requests.h"
 #include "core/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -80,6 +81,11 @@ struct GenerationRequest {
   int n = 1;
   std::string model;       // as requested; empty: not given
   std::string tools_json;  // chat: the `tools` array as JSON; empty: none
+  std::vector<constrain::ToolSpec> tools;  // chat: the functions offered
+  constrain::ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
+  // llama-server's reasoning_format "none": reasoning stays in the content.
+  bool reasoning_inline = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // report logprobs (params.logprobs >= 0)
@@ -107,7 +113,20 @@ absl::Status CheckModel(absl::string_view requested, absl::string_view served);
 
 // "stop" for a stop string and an end of generation, "length" for
 // max_tokens and a full context; a cancelled request also says "stop".
-absl::string_view OpenAiFinishReason(FinishReason reason);
+// "tool_calls" instead of "stop" when the reply called tools.
+absl::string_view OpenAiFinishReason(FinishReason reason,
+                                     bool called_tools = false);
+
+// How a chat request's replies are read (tool calls looked for when tools
+// are offered and tool_choice is not "none"), in the served template's
+// format; nullopt when nothing is to be parsed (plain content).
+std::optional<constrain::ParseOptions> ReplyParseOptions(
+    const GenerationRequest& request, const constrain::ReplyFormat& format);
+
+// A streamed chat chunk's delta for what a piece added to the reply:
+// content, reasoning_content, and tool_calls as OpenAI streams them (index,
+// id, type and name first, argument fragments after).
+Json ReplyDeltaJson(const constrain::ReplyDelta& delta);
 
 // One generated token's logprob, with its text (the token's bytes after the
 // previous token, made valid UTF-8) and those of the alternatives.
@@ -145,6 +164,9 @@ Json UsageJson(const Usage& usage);
 // One choice of a finished generation.
 struct ChoiceOutput {
   std::string text;
+  // The reply read into content, reasoning and tool calls (chat, when
+  // parsed); `text` is then unused.
+  std::optional<constrain::ParsedReply> reply{};
   FinishReason finish_reason = FinishReason::kLength;
   // nullopt when not asked for.
   std::optional<std::vector<TokenLogprobEntry>> logprobs;

@@ -389,10 +389,21 @@ TEST(ParseChatRequestTest, RefusesWhatCannotBeServed) {
        "`grammar` cannot be given with `response_format`"},
       {R"({"messages": [{"role": "user", "content": "x"}],
            "tool_choice": "required"})",
-       "`tool_choice` is not supported yet"},
+       "`tool_choice` \"required\" needs `tools`"},
       {R"({"messages": [{"role": "user", "content": "x"}],
-           "parallel_tool_calls": false})",
-       "`parallel_tool_calls` is not supported yet"},
+           "tools": [{"type": "function", "function": {"name": "f"}},
+                     {"type": "function", "function": {"name": "f"}}]})",
+       "`tools[1].function.name` \"f\" names a tool twice"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}],
+           "tool_choice": {"type": "function"}})",
+       "`tool_choice` as an object must be"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "retrieval"}]})",
+       "`tools[0].type` must be \"function\""},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "reasoning_format": "verbose"})",
+       "`reasoning_format` must be"},
       {R"({"messages": [{"role": "user", "content": "x"}],
            "audio": {"voice": "alloy"}})",
        "`audio` is not supported"},
@@ -609,6 +620,51 @@ TEST(UsageJsonTest, CountsAndCachedTokens) {
   EXPECT_EQ(UsageJson(Result(FinishReason::kStop).usage), Parse(R"({
     "prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
     "prompt_tokens_details": {"cached_tokens": 4}})"));
+}
+
+TEST(CompletionJsonTest, ToolCallsAndReasoning) {
+  constrain::ParsedReply reply;
+  reply.reasoning = "think";
+  reply.calls.push_back({"call_1", "f", R"({"a": 1})"});
+  ChoiceOutput out;
+  out.reply = reply;
+  out.finish_reason = FinishReason::kEos;
+  const Json j = CompletionJson(Meta(Endpoint::kChatCompletions), {out},
+                                Result(FinishReason::kEos).usage);
+  EXPECT_EQ(j["choices"][0]["message"], Parse(R"({"role": "assistant",
+      "content": null, "reasoning_content": "think", "tool_calls": [{"id":
+      "call_1", "type": "function", "function": {"name": "f", "arguments":
+      "{\"a\": 1}"}}]})"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  // Cut by max_tokens: "length" still.
+  out.finish_reason = FinishReason::kLength;
+  EXPECT_EQ(CompletionJson(Meta(Endpoint::kChatCompletions), {out},
+                           Result(FinishReason::kLength).usage)["choices"][0]
+                          ["finish_reason"],
+            "length");
+  // No calls: content as text, "stop".
+  out.reply = constrain::ParsedReply{"hi", "", {}};
+  out.finish_reason = FinishReason::kStop;
+  const Json plain = CompletionJson(Meta(Endpoint::kChatCompletions), {out},
+                                    Result(FinishReason::kStop).usage);
+  EXPECT_EQ(plain["choices"][0]["message"],
+            Parse(R"({"role": "assistant", "content": "hi"})"));
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
+}
+
+TEST(ReplyDeltaJsonTest, NameFirstThenArgumentFragments) {
+  constrain::ReplyDelta first;
+  first.calls.push_back({0, "call_1", "f", "{\"a\""});
+  EXPECT_EQ(ReplyDeltaJson(first), Parse(R"({"tool_calls": [{"index": 0,
+      "id": "call_1", "type": "function", "function": {"name": "f",
+      "arguments": "{\"a\""}}]})"));
+  constrain::ReplyDelta more;
+  more.content = "x";
+  more.reasoning = "y";
+  more.calls.push_back({0, "", "", ": 1}"});
+  EXPECT_EQ(ReplyDeltaJson(more), Parse(R"({"reasoning_content": "y",
+      "content": "x", "tool_calls": [{"index": 0, "function": {"arguments":
+      ": 1}"}}]})"));
 }
 
 TEST(CompletionJsonTest, ChatCompletion) {

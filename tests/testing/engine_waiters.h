@@ -91,6 +91,7 @@ class ForwardingTokenizer : public Tokenizer {
   bool IsEndOfGeneration(int32_t id) const override {
     return base_->IsEndOfGeneration(id);
   }
+  bool IsControl(int32_t id) const override { return base_->IsControl(id); }
 
  protected:
   const Tokenizer* base() const { return base_; }

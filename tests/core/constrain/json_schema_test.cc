@@ -25,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/jsonschema_reference.h"
 #include "tests/testing/paths.h"
+#include "tests/testing/random_sentence.h"
 #include "tests/testing/sanitizers.h"
 
 namespace kvserve::constrain {
@@ -494,51 +495,6 @@ TEST(JsonSchemaTest, PatternsWithLengthBoundsMeetBoth) {
                 "[4, unbounded]");
 }
 
-// A random text of the grammar: random bytes among those allowed (printable
-// ASCII), then the shortest completion (breadth-first over the automaton's
-// states). nullopt when none is found within the search's bounds.
-std::optional<std::string> RandomSentence(GrammarAutomaton& a,
-                                          std::mt19937& rng, int random_bytes,
-                                          size_t max_states = 50000) {
-  std::string text;
-  int32_t s = a.start();
-  for (int i = 0; i < random_bytes && !a.IsFinal(s); ++i) {
-    std::vector<std::pair<uint8_t, int32_t>> next;
-    for (int b = 0x20; b < 0x7F; ++b) {
-      const int32_t t = a.Next(s, static_cast<uint8_t>(b));
-      if (t >= 0) next.emplace_back(b, t);
-    }
-    if (next.empty()) break;
-    const auto [b, t] = next[rng() % next.size()];
-    text.push_back(static_cast<char>(b));
-    s = t;
-  }
-  // Breadth-first to a state that can end.
-  absl::flat_hash_map<int32_t, std::pair<int32_t, char>> from;
-  std::deque<int32_t> queue = {s};
-  from[s] = {-1, 0};
-  while (!queue.empty() && from.size() < max_states) {
-    const int32_t x = queue.front();
-    queue.pop_front();
-    if (a.CanEnd(x)) {
-      std::string tail;
-      for (int32_t y = x; from[y].first >= 0; y = from[y].first) {
-        tail.push_back(from[y].second);
-      }
-      std::reverse(tail.begin(), tail.end());
-      return text + tail;
-    }
-    for (int b = 0x20; b < 0x7F; ++b) {
-      const int32_t t = a.Next(x, static_cast<uint8_t>(b));
-      if (t >= 0 && !from.count(t)) {
-        from[t] = {x, static_cast<char>(b)};
-        queue.push_back(t);
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 // Formats, alone and with minLength / maxLength (narrowed to fit as a
 // pattern is): random texts of each grammar validate under Python's
 // jsonschema, its format checker included (a uri once had two '@' or a
@@ -572,7 +528,7 @@ TEST(JsonSchemaTest, FormatsValidateWithAndWithoutLengthBounds) {
     ASSERT_NE(g, nullptr) << schema;
     GrammarAutomaton a(g);
     for (int r : {0, 10, 30, 60, 100, 150}) {
-      std::optional<std::string> text = RandomSentence(a, rng, r);
+      std::optional<std::string> text = testing::RandomSentence(a, rng, r);
       ASSERT_TRUE(text.has_value()) << schema;
       checks.push_back({schema, *text});
     }
@@ -626,7 +582,7 @@ TEST(JsonSchemaTest, SharedSchemasCompileOrAreRefusedAndTheirTextsValidate) {
                                        ? std::vector<int>{20}
                                        : std::vector<int>{0, 20, 80, 200};
     for (int r : walks) {
-      std::optional<std::string> sentence = RandomSentence(a, rng, r);
+      std::optional<std::string> sentence = testing::RandomSentence(a, rng, r);
       if (!sentence.has_value()) {
         ++no_text;
         continue;
