@@ -638,10 +638,11 @@ TEST(CompletionJsonTest, ToolCallsAndReasoning) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
   // Cut by max_tokens: "length" still.
   out.finish_reason = FinishReason::kLength;
-  EXPECT_EQ(CompletionJson(Meta(Endpoint::kChatCompletions), {out},
-                           Result(FinishReason::kLength).usage)["choices"][0]
-                          ["finish_reason"],
-            "length");
+  EXPECT_EQ(
+      CompletionJson(
+          Meta(Endpoint::kChatCompletions), {out},
+          Result(FinishReason::kLength).usage)["choices"][0]["finish_reason"],
+      "length");
   // No calls: content as text, "stop".
   out.reply = constrain::ParsedReply{"hi", "", {}};
   out.finish_reason = FinishReason::kStop;
