@@ -79,7 +79,6 @@ std::string CallsExpr(ToolCallFormat f, bool parallel, bool with_response) {
                           " json-string ", Lit("}"), " )");
     }
     case ToolCallFormat::kLlama3:
-      return list("", "\n", "");
     case ToolCallFormat::kHermes:
       return list("", "\n", "");
     case ToolCallFormat::kMistral:
