@@ -54,6 +54,9 @@ constexpr const char* kChecks[] = {
     "completions.prompt_list",
     "chat.json_object",
     "chat.json_schema",
+    "chat.tool_calls",
+    "chat.tool_calls.streaming",
+    "chat.run_tools",
 };
 
 constexpr int kMinNodeMajor = 20;  // package.json's "engines"

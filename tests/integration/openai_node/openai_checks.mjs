@@ -435,5 +435,121 @@ await check('chat.json_schema', async () => {
   return show(results);
 });
 
+// --- tools ---------------------------------------------------------------
+
+const weatherParameters = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', maxLength: 10 },
+    days: { type: 'integer', minimum: 1, maximum: 7 },
+  },
+  required: ['city', 'days'],
+  additionalProperties: false,
+};
+const weatherTool = {
+  type: 'function',
+  function: { name: 'get_weather', description: 'The weather in a city.',
+              parameters: weatherParameters },
+};
+const kWeather = [{ role: 'user', content: 'Weather in Oslo for 3 days?' }];
+
+// A call's arguments as get_weather's parameters have them.
+function expectWeatherArguments(text) {
+  const args = JSON.parse(text);
+  expect(typeof args.city === 'string' && [...args.city].length <= 10,
+         `city ${show(args.city)}`);
+  expect(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7,
+         `days ${show(args.days)}`);
+  expect(Object.keys(args).length === 2, `keys ${show(Object.keys(args))}`);
+  return args;
+}
+
+// tool_choice "required": even the random-weight model answers with a call
+// whose arguments validate; content null, finish_reason "tool_calls".
+await check('chat.tool_calls', async () => {
+  const results = [];
+  for (const seed of [1, 2, 3]) {
+    const completion = await client.chat.completions.create({
+      model, messages: kWeather, tools: [weatherTool], tool_choice: 'required',
+      max_tokens: 300, temperature: 1.0, seed });
+    const choice = completion.choices[0];
+    if (choice.finish_reason === 'length') continue;
+    expect(choice.finish_reason === 'tool_calls',
+           `finish_reason ${show(choice.finish_reason)}`);
+    expect(choice.message.content === null,
+           `content ${show(choice.message.content)}`);
+    const calls = choice.message.tool_calls ?? [];
+    expect(calls.length >= 1, `no tool_calls: ${show(choice.message)}`);
+    for (const call of calls) {
+      expect(call.type === 'function' && /^call_/.test(call.id),
+             `call ${show(call)}`);
+      expect(call.function.name === 'get_weather',
+             `name ${show(call.function.name)}`);
+      expectWeatherArguments(call.function.arguments);
+    }
+    results.push(calls.map((c) => c.function.arguments));
+  }
+  expect(results.length > 0, 'every answer was cut by max_tokens');
+  return show(results);
+});
+
+// Streamed with the client's own accumulator (ChatCompletionStream), which
+// puts delta.tool_calls together by index as applications do.
+await check('chat.tool_calls.streaming', async () => {
+  const results = [];
+  for (const seed of [1, 2, 3]) {
+    const stream = client.chat.completions.stream({
+      model, messages: kWeather, tools: [weatherTool],
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      parallel_tool_calls: false, max_tokens: 300, temperature: 1.0, seed });
+    const doneArguments = [];
+    stream.on('tool_calls.function.arguments.done',
+              (e) => doneArguments.push(e.arguments));
+    const completion = await stream.finalChatCompletion();
+    const choice = completion.choices[0];
+    if (choice.finish_reason === 'length') continue;
+    expect(choice.finish_reason === 'tool_calls',
+           `finish_reason ${show(choice.finish_reason)}`);
+    const calls = choice.message.tool_calls ?? [];
+    expect(calls.length === 1, `tool_calls ${show(calls)}`);
+    expect(calls[0].function.name === 'get_weather', `call ${show(calls[0])}`);
+    expectWeatherArguments(calls[0].function.arguments);
+    expect(doneArguments.length === 1 &&
+           doneArguments[0] === calls[0].function.arguments,
+           `arguments.done events ${show(doneArguments)}`);
+    results.push(calls[0].function.arguments);
+  }
+  expect(results.length > 0, 'every answer was cut by max_tokens');
+  return show(results);
+});
+
+// The client's agent loop (runTools): it calls our function with the
+// parsed arguments and sends the result back in a tool message.
+await check('chat.run_tools', async () => {
+  const called = [];
+  const runner = client.chat.completions.runTools({
+    model, messages: kWeather, max_tokens: 400, temperature: 1.0, seed: 4,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    tools: [{
+      type: 'function',
+      function: {
+        name: 'get_weather', parameters: weatherParameters,
+        parse: JSON.parse,
+        function: (args) => {
+          called.push(args);
+          return { forecast: 'sunny' };
+        },
+      },
+    }],
+  });
+  await runner.done();
+  expect(called.length === 1, `function called ${called.length} times`);
+  expectWeatherArguments(JSON.stringify(called[0]));
+  const tool = runner.messages.find((m) => m.role === 'tool');
+  expect(tool !== undefined && tool.content.includes('sunny'),
+         `messages ${show(runner.messages)}`);
+  return show(called[0]);
+});
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);
