@@ -23,9 +23,15 @@ std::vector<std::string> TokenBytes(const Tokenizer& tokenizer) {
 }  // namespace
 
 ConstraintVocabulary::ConstraintVocabulary(const Tokenizer& tokenizer)
-    : bytes_(TokenBytes(tokenizer)), trie_(bytes_) {
+    : bytes_(TokenBytes(tokenizer)),
+      pieces_(tokenizer.vocab_size()),
+      trie_(bytes_) {
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    if (tokenizer.IsEndOfGeneration(id)) end_tokens_.push_back(id);
+    if (tokenizer.IsEndOfGeneration(id)) {
+      end_tokens_.push_back(id);
+    } else if (tokenizer.IsControl(id)) {
+      pieces_[id] = tokenizer.Piece(id);
+    }
   }
 }
 
@@ -121,10 +127,41 @@ std::shared_ptr<GrammarMatcher> MatcherCache::Get(
   return matcher;
 }
 
-Constraint::Constraint(std::shared_ptr<GrammarMatcher> matcher)
-    : matcher_(std::move(matcher)), state_(automaton().start()) {}
+Constraint::Constraint(std::shared_ptr<GrammarMatcher> matcher,
+                       std::vector<std::string> triggers)
+    : matcher_(std::move(matcher)),
+      triggers_(std::move(triggers)),
+      state_(triggers_.empty() ? automaton().start() : kInactive) {}
+
+void Constraint::Watch(int32_t token) {
+  const ConstraintVocabulary& vocab = matcher_->vocab();
+  if (token < 0 || token >= vocab.vocab_size()) return;
+  seen_ += vocab.text(token);
+  size_t at = std::string::npos;
+  size_t longest = 0;
+  for (const std::string& t : triggers_) {
+    at = std::min(at, seen_.find(t));
+    longest = std::max(longest, t.size());
+  }
+  if (at == std::string::npos) {
+    // Keep what a trigger may still complete.
+    if (seen_.size() > longest) seen_.erase(0, seen_.size() - longest);
+    return;
+  }
+  const int32_t next =
+      matcher_->automaton().Walk(automaton().start(), seen_.substr(at));
+  if (next >= 0) {
+    state_ = next;
+    bytes_accepted_ = static_cast<int64_t>(seen_.size() - at);
+  }
+  seen_.clear();
+}
 
 absl::StatusOr<const std::vector<uint64_t>*> Constraint::Allowed() {
+  if (!active()) {
+    return absl::InternalError(
+        "the mask of a lazy grammar not triggered yet was asked for");
+  }
   if (state_ >= 0) mask_ = matcher_->Mask(state_);
   if (state_ < 0 || mask_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -142,6 +179,10 @@ absl::StatusOr<const std::vector<uint64_t>*> Constraint::Allowed() {
 }
 
 absl::Status Constraint::Accept(int32_t token) {
+  if (!active()) {
+    Watch(token);
+    return absl::OkStatus();
+  }
   const ConstraintVocabulary& vocab = matcher_->vocab();
   if (token < 0 || token >= vocab.vocab_size()) {
     return absl::InvalidArgumentError(

@@ -46,10 +46,16 @@ class ConstraintVocabulary {
   const TokenTrie& trie() const { return trie_; }
   // The bytes a token adds to the text; empty for control tokens.
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
+  // bytes(id), or a control token's piece ("[TOOL_CALLS]"), which a lazy
+  // grammar's trigger may be.
+  const std::string& text(int32_t id) const {
+    return bytes_[id].empty() ? pieces_[id] : bytes_[id];
+  }
   const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
 
  private:
   std::vector<std::string> bytes_;
+  std::vector<std::string> pieces_;  // control tokens' (not ends'); else ""
   std::vector<int32_t> end_tokens_;
   TokenTrie trie_;
 };
@@ -116,9 +122,21 @@ class MatcherCache {
   std::list<std::pair<std::string, std::shared_ptr<GrammarMatcher>>> lru_;
 };
 
+// A lazy constraint (non-empty `triggers`) lets the text run free until
+// one of the triggers appears in it; from there on the text, the trigger
+// included, follows the grammar (whose sentences begin with a trigger):
+// a tool call's grammar switched on at its opener, so that the model may
+// answer in words or call a tool, and a call it begins is well-formed.
+// Should the trigger's token carry bytes past it that the grammar refuses,
+// the text stays free.
 class Constraint {
  public:
-  explicit Constraint(std::shared_ptr<GrammarMatcher> matcher);
+  explicit Constraint(std::shared_ptr<GrammarMatcher> matcher,
+                      std::vector<std::string> triggers = {});
+
+  // The grammar holds (always, unless lazy and not triggered yet). While
+  // it does not, every token is allowed and Allowed() is not to be asked.
+  bool active() const { return state_ != kInactive; }
 
   // The tokens allowed next. Valid until the next call. RESOURCE_EXHAUSTED
   // when the grammar needs more than the automaton's limits;
@@ -131,14 +149,22 @@ class Constraint {
   absl::Status Accept(int32_t token);
 
   // The text so far is complete under the grammar.
-  bool CanEnd() const { return automaton().CanEnd(state_); }
+  bool CanEnd() const { return !active() || automaton().CanEnd(state_); }
   // Nothing may follow: the generation is over.
-  bool Complete() const { return automaton().IsFinal(state_); }
+  bool Complete() const { return active() && automaton().IsFinal(state_); }
 
  private:
+  static constexpr int32_t kInactive = -2;  // not a state (kDead is -1)
+
+  // Lazy: adds a token's text to what was seen and switches the grammar on
+  // at a trigger.
+  void Watch(int32_t token);
+
   const GrammarAutomaton& automaton() const { return matcher_->automaton(); }
 
   const std::shared_ptr<GrammarMatcher> matcher_;
+  const std::vector<std::string> triggers_;
+  std::string seen_;  // lazy, not triggered: the text's last bytes
   int32_t state_;
   std::shared_ptr<const TokenMask> mask_;  // Allowed()'s
   int64_t bytes_accepted_ = 0;             // for errors: where the text is

@@ -117,18 +117,39 @@ std::string TextThen(std::string_view word) {
                       Lit(word.substr(0, 1)), "+ ", tail, " )* ", Lit(word));
 }
 
+// Where a call begins, as the grammar writes it: a lazy grammar's
+// triggers.
+std::vector<std::string> Openers(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::kGeneric:
+      return {};
+    case ToolCallFormat::kLlama3:
+      return {"{\"name\": \""};
+    case ToolCallFormat::kHermes:
+      return {"<tool_call>"};
+    case ToolCallFormat::kMistral:
+      return {"[TOOL_CALLS]"};
+    case ToolCallFormat::kDeepSeekR1:
+      return {"<｜tool▁calls▁begin｜>"};
+    case ToolCallFormat::kCommandR:
+      return {"<|START_ACTION|>"};
+    case ToolCallFormat::kFunctionaryV3:
+      return {">>>"};
+  }
+  return {};
+}
+
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(
+absl::StatusOr<ToolCallConstraint> ToolCallGrammar(
     const ReplyFormat& format, const std::vector<ToolSpec>& tools,
     const ToolChoice& choice, bool parallel) {
   using Mode = ToolChoice::Mode;
   const ToolCallFormat f = format.tools;
-  if (choice.mode == Mode::kNone ||
-      (choice.mode == Mode::kAuto &&
-       (f != ToolCallFormat::kGeneric || tools.empty()))) {
-    return nullptr;
-  }
+  ToolCallConstraint out;
+  if (choice.mode == Mode::kNone || tools.empty()) return out;
+  const bool lazy = choice.mode == Mode::kAuto && f != ToolCallFormat::kGeneric;
+  if (lazy) out.triggers = Openers(f);
   std::string rules;
   std::vector<std::string> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -148,9 +169,10 @@ absl::StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(
     calls.push_back(CallExpr(f, t.name, prefix + "root"));
   }
   absl::StrAppend(&rules, "tool-call ::= ", absl::StrJoin(calls, " | "), "\n");
-  std::string reply =
-      CallsExpr(f, parallel, /*with_response=*/choice.mode == Mode::kAuto);
-  if (format.reasoning) {
+  std::string reply = CallsExpr(
+      f, parallel, /*with_response=*/choice.mode == Mode::kAuto && !lazy);
+  // A lazy grammar starts at a call, after any reasoning.
+  if (format.reasoning && !lazy) {
     const bool command_r = f == ToolCallFormat::kCommandR;
     const std::string_view open = command_r ? "<|START_THINKING|>" : "<think>";
     const std::string_view close = command_r ? "<|END_THINKING|>" : "</think>";
@@ -175,7 +197,8 @@ absl::StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(
         "kvserve): ",
         grammar.status().message()));
   }
-  return grammar;
+  out.grammar = *std::move(grammar);
+  return out;
 }
 
 }  // namespace kvserve::constrain

@@ -7,6 +7,7 @@
 #define KVSERVE_CORE_CONSTRAIN_TOOL_CALL_GRAMMAR_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,15 +16,23 @@
 
 namespace kvserve::constrain {
 
-// The grammar for `choice`: kRequired, calls of any of `tools`; kFunction,
-// calls of that one; several when `parallel`, else one. kAuto in the
-// generic format (whose whole reply is JSON): calls or {"response":
-// "..."}. nullptr (free text) for kNone and for kAuto in the other formats.
-// A reasoning format's reply thinks first (<think>...</think>, opened by
-// the prompt when format.reasoning_open). INVALID_ARGUMENT naming the tool
-// whose parameters cannot be honoured (JsonSchemaToGbnf's refusals).
+struct ToolCallConstraint {
+  std::shared_ptr<const Grammar> grammar;  // null: the reply is free
+  // Non-empty: the grammar is lazy, switched on at the first of these
+  // (GenerateParams::grammar_triggers).
+  std::vector<std::string> triggers;
+};
+
+// The constraint for `choice`: kRequired, calls of any of `tools`;
+// kFunction, calls of that one; several when `parallel`, else one. A
+// reasoning format's reply thinks first (<think>...</think>, opened by the
+// prompt when format.reasoning_open). kAuto: in the generic format (whose
+// whole reply is JSON) calls or {"response": "..."}; in the others the
+// reply is free until it writes a call's opener, and the call then follows
+// the grammar (a lazy grammar). kNone: none. INVALID_ARGUMENT naming the
+// tool whose parameters cannot be honoured (JsonSchemaToGbnf's refusals).
 // REQUIRES: kFunction names one of `tools`.
-absl::StatusOr<std::shared_ptr<const Grammar>> ToolCallGrammar(
+absl::StatusOr<ToolCallConstraint> ToolCallGrammar(
     const ReplyFormat& format, const std::vector<ToolSpec>& tools,
     const ToolChoice& choice, bool parallel);
 

@@ -119,6 +119,11 @@ struct GenerateParams {
   // may end, and a complete sentence that nothing may extend ends the
   // turn (kStop). Null: unconstrained.
   std::shared_ptr<const constrain::Grammar> grammar;
+  // With a grammar: it holds only from the first of these texts the output
+  // writes (a control token counts as its piece), its sentences beginning
+  // with one; before it the output is free (constrain::Constraint). Empty:
+  // from the start.
+  std::vector<std::string> grammar_triggers;
 };
 
 // OpenAI's `n`: at most this many choices of one prompt.

@@ -32,9 +32,10 @@ struct Sequence {
         submitted(t) {
     if (!s->tokens.empty()) prev_token = s->tokens.back();
     sampler.AddContext(s->tokens);
-    if (call->params().grammar != nullptr) {
+    if (call->params().grammar != nullptr && matchers != nullptr) {
       constraint = std::make_unique<constrain::Constraint>(
-          matchers->Get(call->params().grammar));
+          matchers->Get(call->params().grammar),
+          call->params().grammar_triggers);
     }
   }
 
@@ -42,10 +43,15 @@ struct Sequence {
   // the tokens the grammar allows when there is one (which takes it).
   absl::StatusOr<int32_t> Sample(absl::Span<const float> logits) {
     if (constraint == nullptr) return sampler.Sample(logits);
-    absl::StatusOr<const std::vector<uint64_t>*> allowed =
-        constraint->Allowed();
-    if (!allowed.ok()) return allowed.status();
-    const int32_t token = sampler.Sample(logits, *allowed);
+    int32_t token;
+    if (!constraint->active()) {
+      token = sampler.Sample(logits);  // a lazy grammar not triggered yet
+    } else {
+      absl::StatusOr<const std::vector<uint64_t>*> allowed =
+          constraint->Allowed();
+      if (!allowed.ok()) return allowed.status();
+      token = sampler.Sample(logits, *allowed);
+    }
     if (absl::Status s = constraint->Accept(token); !s.ok()) return s;
     return token;
   }

@@ -457,15 +457,16 @@ class HttpServer::Handlers {
     return r;
   }
 
-  // tool_choice "required" or a named function: the reply is constrained
-  // to calls whose arguments validate (and, in the generic format, "auto"
-  // to calls or a response).
+  // Tools offered: the reply's calls are constrained to validate
+  // (ToolCallGrammar): all of it with "required" or a named function, from
+  // a call's opener on with "auto" (in the generic format, calls or a
+  // response).
   absl::Status ConstrainToolCalls(GenerationRequest& r) const {
-    absl::StatusOr<std::shared_ptr<const constrain::Grammar>> g =
+    absl::StatusOr<constrain::ToolCallConstraint> c =
         constrain::ToolCallGrammar(deps_.engine->reply_format(), r.tools,
                                    r.tool_choice, r.parallel_tool_calls);
-    if (!g.ok()) return g.status();
-    if (*g == nullptr) return absl::OkStatus();
+    if (!c.ok()) return c.status();
+    if (c->grammar == nullptr) return absl::OkStatus();
     if (r.params.grammar != nullptr) {
       if (r.tool_choice.mode == constrain::ToolChoice::Mode::kAuto) {
         return absl::OkStatus();  // the client's constraint rules the reply
@@ -475,7 +476,8 @@ class HttpServer::Handlers {
           "`response_format`, `grammar` or `json_schema`: one constraint per "
           "request");
     }
-    r.params.grammar = *std::move(g);
+    r.params.grammar = std::move(c->grammar);
+    r.params.grammar_triggers = std::move(c->triggers);
     return absl::OkStatus();
   }
 

@@ -177,3 +177,51 @@ TEST(GrammarMatcherTest, ThreadsSharingAMatcherGetAPrivateAutomatonsMasks) {
 
 }  // namespace
 }  // namespace kvserve::constrain
+
+namespace kvserve::constrain {
+namespace {
+
+std::vector<int32_t> Tokens(const std::string& text) {
+  EncodeOptions o;
+  o.add_bos = false;
+  o.add_dummy_prefix = false;
+  return testing::BuiltinModel().tokenizer->Encode(text, o);
+}
+
+bool Allows(const std::vector<uint64_t>& bits, int32_t id) {
+  return (bits[id >> 6] >> (id & 63)) & 1;
+}
+
+// A lazy grammar: the text is free until the trigger, then follows the
+// grammar from the trigger on (a tool call's grammar at its opener).
+TEST(ConstraintTest, ALazyGrammarHoldsFromItsTrigger) {
+  MatcherCache cache(BuiltinVocabulary());
+  Constraint c(cache.Get(Compile("root ::= \"<c>\" [0-9]+ \"</c>\"\n")),
+               {"<c>"});
+  EXPECT_FALSE(c.active());
+  EXPECT_TRUE(c.CanEnd());
+  // Free text, a '<' without the rest among it, and an id out of range.
+  for (int32_t t : Tokens("Once upon a time < x"))
+    ASSERT_TRUE(c.Accept(t).ok());
+  ASSERT_TRUE(c.Accept(-3).ok());
+  EXPECT_FALSE(c.active());
+  EXPECT_FALSE(c.Allowed().ok());  // no mask before the trigger
+  // The trigger, cut across tokens: the grammar holds from it.
+  for (int32_t t : Tokens("A <c>")) ASSERT_TRUE(c.Accept(t).ok());
+  ASSERT_TRUE(c.active());
+  EXPECT_FALSE(c.CanEnd());
+  absl::StatusOr<const std::vector<uint64_t>*> allowed = c.Allowed();
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  const std::vector<int32_t> digit = Tokens("7");
+  const std::vector<int32_t> word = Tokens("x");
+  ASSERT_EQ(digit.size(), 1u);
+  ASSERT_EQ(word.size(), 1u);
+  EXPECT_TRUE(Allows(**allowed, digit[0]));
+  EXPECT_FALSE(Allows(**allowed, word[0]));
+  EXPECT_FALSE(c.Accept(word[0]).ok());
+  for (int32_t t : Tokens("42</c>")) ASSERT_TRUE(c.Accept(t).ok());
+  EXPECT_TRUE(c.Complete());
+}
+
+}  // namespace
+}  // namespace kvserve::constrain

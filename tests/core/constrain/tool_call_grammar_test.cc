@@ -1,5 +1,6 @@
 #include "core/constrain/tool_call_grammar.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,11 +65,11 @@ std::vector<ToolCall> CheckReplies(const ReplyFormat& format,
                                    const ToolChoice& choice, bool parallel,
                                    std::string_view prefix = "",
                                    int replies = 30) {
-  absl::StatusOr<std::shared_ptr<const Grammar>> g =
+  absl::StatusOr<ToolCallConstraint> g =
       ToolCallGrammar(format, Tools(), choice, parallel);
   EXPECT_TRUE(g.ok()) << g.status();
-  if (!g.ok() || *g == nullptr) return {};
-  GrammarAutomaton a(*g);
+  if (!g.ok() || g->grammar == nullptr) return {};
+  GrammarAutomaton a(g->grammar);
   std::mt19937 rng(7);
   ParseOptions options;
   options.format = format;
@@ -85,6 +86,13 @@ std::vector<ToolCall> CheckReplies(const ReplyFormat& format,
     if (!text.has_value()) {
       ADD_FAILURE() << "no sentence";
       continue;
+    }
+    // A lazy grammar's sentences begin with a trigger.
+    if (!g->triggers.empty()) {
+      EXPECT_TRUE(std::any_of(
+          g->triggers.begin(), g->triggers.end(),
+          [&](const std::string& t) { return text->rfind(t, 0) == 0; }))
+          << *text;
     }
     const ParsedReply r = ParseReply(options, *text, /*partial=*/false);
     EXPECT_GE(r.calls.size(), 1) << *text;
@@ -155,38 +163,52 @@ TEST(ToolCallGrammarTest, ReasoningComesFirst) {
   CheckReplies(Format(ToolCallFormat::kHermes, true, false), required,
                /*parallel=*/true);
   // The reasoning cannot close early or hold its closer.
-  absl::StatusOr<std::shared_ptr<const Grammar>> g = ToolCallGrammar(
+  absl::StatusOr<ToolCallConstraint> g = ToolCallGrammar(
       Format(ToolCallFormat::kHermes, true, true), Tools(), required, true);
   ASSERT_TRUE(g.ok()) << g.status();
-  GrammarAutomaton a(*g);
+  EXPECT_TRUE(g->triggers.empty());
+  GrammarAutomaton a(g->grammar);
   EXPECT_GE(a.Walk(a.start(), "a < b </thi"), 0);
   EXPECT_GE(a.Walk(a.start(), "x</think>\n\n<tool_call>"), 0);
   EXPECT_LT(a.Walk(a.start(), "x</think>y"), 0);
 }
 
-TEST(ToolCallGrammarTest, AutoIsFreeTextExceptInTheGenericFormat) {
+// "auto": in the generic format the reply is calls or {"response": ...};
+// in the others the grammar is lazy, switched on at the call's opener (its
+// sentences are calls that begin with a trigger), reasoning left free.
+TEST(ToolCallGrammarTest, AutoIsLazyExceptInTheGenericFormat) {
   ToolChoice autoc;
-  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3}) {
-    absl::StatusOr<std::shared_ptr<const Grammar>> g =
-        ToolCallGrammar(Format(f), Tools(), autoc, true);
-    ASSERT_TRUE(g.ok());
-    EXPECT_EQ(*g, nullptr);
+  for (ToolCallFormat f :
+       {ToolCallFormat::kLlama3, ToolCallFormat::kHermes,
+        ToolCallFormat::kMistral, ToolCallFormat::kDeepSeekR1,
+        ToolCallFormat::kCommandR, ToolCallFormat::kFunctionaryV3}) {
+    SCOPED_TRACE(std::string(ToolCallFormatName(f)));
+    absl::StatusOr<ToolCallConstraint> g =
+        ToolCallGrammar(Format(f, true, true), Tools(), autoc, true);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_NE(g->grammar, nullptr);
+    EXPECT_FALSE(g->triggers.empty());
+    CheckReplies(Format(f), autoc, /*parallel=*/true, "", 10);
   }
-  // Generic: a call or {"response": "..."}.
-  absl::StatusOr<std::shared_ptr<const Grammar>> g =
+  absl::StatusOr<ToolCallConstraint> g =
       ToolCallGrammar(Format(ToolCallFormat::kGeneric), Tools(), autoc, true);
   ASSERT_TRUE(g.ok());
-  ASSERT_NE(*g, nullptr);
-  GrammarAutomaton a(*g);
+  ASSERT_NE(g->grammar, nullptr);
+  EXPECT_TRUE(g->triggers.empty());
+  GrammarAutomaton a(g->grammar);
   EXPECT_TRUE(a.CanEnd(a.Walk(a.start(), "{\"response\": \"hi\"}")));
   ParseOptions o;
   o.tools = true;
   EXPECT_EQ(ParseReply(o, "{\"response\": \"hi\"}", false).content, "hi");
+  // "none", or no tools: no constraint.
   ToolChoice none;
   none.mode = Mode::kNone;
   g = ToolCallGrammar(Format(ToolCallFormat::kGeneric), Tools(), none, true);
   ASSERT_TRUE(g.ok());
-  EXPECT_EQ(*g, nullptr);
+  EXPECT_EQ(g->grammar, nullptr);
+  g = ToolCallGrammar(Format(ToolCallFormat::kHermes), {}, autoc, true);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->grammar, nullptr);
 }
 
 TEST(ToolCallGrammarTest, ParametersThatCannotBeHonouredAreRefusedByTool) {
@@ -195,7 +217,7 @@ TEST(ToolCallGrammarTest, ParametersThatCannotBeHonouredAreRefusedByTool) {
   std::vector<ToolSpec> tools = Tools();
   tools.push_back({"odd", R"({"type": "object", "properties": {"n":
                      {"type": "integer", "multipleOf": 3}}})"});
-  absl::StatusOr<std::shared_ptr<const Grammar>> g =
+  absl::StatusOr<ToolCallConstraint> g =
       ToolCallGrammar(Format(ToolCallFormat::kHermes), tools, required, true);
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
