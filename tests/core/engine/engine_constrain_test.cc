@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/constrain/grammar_automaton.h"
 #include "core/constrain/json_grammar.h"
 #include "core/engine/engine.h"
@@ -45,8 +48,10 @@ class EngineConstrainTest : public ::testing::Test {
     absl::StatusOr<GenerateResult> result;
   };
   std::vector<Output> Generate(std::shared_ptr<const constrain::Grammar> g,
-                               uint64_t seed, int max_tokens, int n = 1) {
+                               uint64_t seed, int max_tokens, int n = 1,
+                               std::vector<std::string> triggers = {}) {
     GenerateParams p;
+    p.grammar_triggers = std::move(triggers);
     p.prompt = std::string("Once upon a time");
     p.max_tokens = max_tokens;
     p.sampling.temperature = 1.0f;
@@ -72,6 +77,48 @@ class EngineConstrainTest : public ::testing::Test {
   const LoadedModel* const loaded_ = &testing::BuiltinModel();
   std::unique_ptr<Engine> engine_;
 };
+
+// A lazy grammar (a tool call's, switched on at its opener): the output is
+// what it would be unconstrained until the trigger is written, then the
+// grammar's sentence from the trigger on, and the turn ends with it.
+TEST_F(EngineConstrainTest, ALazyGrammarHoldsFromItsTrigger) {
+  int triggered = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const Output free = Generate(nullptr, seed, 40)[0];
+    ASSERT_TRUE(free.result.ok()) << free.result.status();
+    // A trigger the free output writes: two of its characters.
+    size_t at = 4;
+    while (at + 2 <= free.text.size() &&
+           (free.text[at] & 0x80 || free.text[at + 1] & 0x80 ||
+            free.text[at] == '"' || free.text[at + 1] == '"' ||
+            free.text[at] == '\\' || free.text[at + 1] == '\\')) {
+      ++at;
+    }
+    if (at + 2 > free.text.size()) continue;
+    const std::string trigger = free.text.substr(at, 2);
+    auto g =
+        Compile(absl::StrCat("root ::= \"", trigger, "\" [0-9]{3} \"!\"\n"));
+    ASSERT_NE(g, nullptr);
+    const Output lazy = Generate(g, seed, 40, 1, {trigger})[0];
+    ASSERT_TRUE(lazy.result.ok()) << lazy.result.status();
+    const size_t first = free.text.find(trigger);
+    ASSERT_NE(first, std::string::npos);
+    // Up to the token that wrote the trigger, the two outputs are one; from
+    // the trigger on, the grammar's sentence, and the end.
+    const size_t in_lazy = lazy.text.find(trigger);
+    ASSERT_NE(in_lazy, std::string::npos) << lazy.text;
+    EXPECT_EQ(lazy.text.substr(0, in_lazy), free.text.substr(0, first));
+    const std::string call = lazy.text.substr(in_lazy);
+    EXPECT_EQ(call.size(), trigger.size() + 4) << call;
+    EXPECT_TRUE(absl::EndsWith(call, "!")) << call;
+    for (size_t i = trigger.size(); i + 1 < call.size(); ++i) {
+      EXPECT_TRUE(absl::ascii_isdigit(call[i])) << call;
+    }
+    EXPECT_EQ(lazy.result->finish_reason, FinishReason::kStop);
+    ++triggered;
+  }
+  EXPECT_GE(triggered, 3);
+}
 
 TEST_F(EngineConstrainTest, TheOutputIsOneOfTheGrammarsSentences) {
   auto g = Compile(R"(root ::= "yes" | "no" | "maybe, " [0-9]{1,3} "%")");
