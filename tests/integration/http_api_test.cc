@@ -718,6 +718,70 @@ TEST_F(HttpApiTest, RequiredToolCallsParseAndValidate) {
   }
 }
 
+// Issue 39 item 5: an agent loop in a session. Each round the model calls
+// a tool (a named function, so even the random model does) and the next
+// turn sends only the tool's result: the session keeps the conversation and
+// its KV, so a round prefills only its new tokens. Prints the rounds.
+TEST_F(HttpApiTest, AnAgentLoopInASessionPrefillsOnlyItsNewTokens) {
+  const HttpReply created = Post(port(), "/sessions", Json::object());
+  ASSERT_EQ(created.status, 200) << created.body;
+  const std::string header =
+      "x-session-id: " + created.json["id"].get<std::string>();
+  const Json tools = {
+      {{"type", "function"},
+       {"function",
+        {{"name", "get_weather"},
+         {"parameters", Json::parse(R"({"type": "object", "properties": {"city":
+              {"enum": ["Oslo", "Rome", "Lima"]}, "days": {"type": "integer",
+              "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
+              "additionalProperties": false})")}}}}};
+  Json messages = {{{"role", "user"},
+                    {"content",
+                     "Plan a trip: check the "
+                     "weather, city by city."}}};
+  std::printf("round  prompt_tokens  cached  new  completion\n");
+  int64_t previous_total = 0;
+  for (int round = 1; round <= 10; ++round) {
+    Json body = {
+        {"messages", messages},
+        {"tools", tools},
+        {"tool_choice",
+         {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+        {"parallel_tool_calls", false},
+        {"max_tokens", 200},
+        {"temperature", 1.0},
+        {"seed", round}};
+    const HttpReply r =
+        Post(port(), "/v1/chat/completions", body, {"-H", header});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json& usage = r.json["usage"];
+    const int64_t prompt = usage["prompt_tokens"];
+    const int64_t cached = usage["prompt_tokens_details"]["cached_tokens"];
+    const int64_t completion = usage["completion_tokens"];
+    std::printf("%5d  %13lld  %6lld  %3lld  %10lld\n", round,
+                static_cast<long long>(prompt), static_cast<long long>(cached),
+                static_cast<long long>(prompt - cached),
+                static_cast<long long>(completion));
+    if (round > 1) {
+      // The whole conversation so far is reused: the previous round's
+      // prompt and reply (its last token is re-rendered by the template).
+      // What is new is the tool's message and the template's markers
+      // around it (ChatML's markers are plain text in this vocabulary, a
+      // dozen tokens each): the same count every round.
+      EXPECT_GE(cached, previous_total - 2) << "round " << round;
+      EXPECT_LE(prompt - cached, 100) << "round " << round;
+    }
+    previous_total = prompt + completion;
+    const Json& choice = r.json["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << r.body;
+    const Json& call = choice["message"]["tool_calls"][0];
+    messages = {
+        {{"role", "tool"},
+         {"tool_call_id", call["id"]},
+         {"content", absl::StrCat("{\"temperature\": ", 10 + round, "}")}}};
+  }
+}
+
 TEST_F(HttpApiTest, ToolChoiceIsCheckedAgainstTheTools) {
   Json body = ChatBody("Hi", 4);
   body["tool_choice"] = "required";
