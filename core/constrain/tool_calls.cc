@@ -10,6 +10,9 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/util/json_depth.h"
+#include "core/util/quote.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::constrain {
@@ -842,6 +845,94 @@ ParsedReply ParseReply(const ParseOptions& options, std::string_view t,
   }
   ParseCalls(options, t, p, partial, out);
   return out;
+}
+
+namespace {
+
+bool IsToolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ToolError(const std::string& field, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "`", field, "` ", absl::string_view(what.data(), what.size())));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ToolSpec>> ParseTools(std::string_view tools_json) {
+  // Ordered: a schema's properties are written in the client's order.
+  JsonDepthLimit<nlohmann::ordered_json> depth;
+  const nlohmann::ordered_json tools =
+      nlohmann::ordered_json::parse(tools_json, depth.callback(), false);
+  if (depth.exceeded()) return depth.Error("`tools`");
+  if (!tools.is_array()) return ToolError("tools", "must be an array");
+  std::vector<ToolSpec> out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = absl::StrCat("tools[", i, "]");
+    const nlohmann::ordered_json& t = tools[i];
+    if (!t.is_object()) return ToolError(at, "must be an object");
+    const auto type = t.find("type");
+    if (type != t.end() && !type->is_null() && *type != "function") {
+      return ToolError(at + ".type", "must be \"function\"");
+    }
+    const auto function = t.find("function");
+    if (function == t.end() || !function->is_object()) {
+      return ToolError(at + ".function", "must be an object");
+    }
+    ToolSpec spec;
+    const auto name = function->find("name");
+    if (name != function->end() && name->is_string()) {
+      spec.name = name->get<std::string>();
+    }
+    if (!IsToolName(spec.name)) {
+      return ToolError(at + ".function.name",
+                       absl::StrCat("must be 1 to 64 letters, digits, '_' or "
+                                    "'-', got ",
+                                    name == function->end()
+                                        ? std::string("none")
+                                        : QuoteClientText(name->dump())));
+    }
+    const auto parameters = function->find("parameters");
+    if (parameters != function->end() && !parameters->is_null()) {
+      if (!parameters->is_object()) {
+        return ToolError(at + ".function.parameters", "must be an object");
+      }
+      spec.parameters_json = parameters->dump();
+    }
+    for (const ToolSpec& other : out) {
+      if (other.name == spec.name) {
+        return ToolError(
+            at + ".function.name",
+            absl::StrCat(QuoteClientText(spec.name), " names a tool twice"));
+      }
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+absl::Status CheckToolChoice(const ToolChoice& choice,
+                             const std::vector<ToolSpec>& tools) {
+  if (choice.mode == ToolChoice::Mode::kRequired && tools.empty()) {
+    return ToolError("tool_choice", "\"required\" needs `tools`");
+  }
+  if (choice.mode == ToolChoice::Mode::kFunction &&
+      std::none_of(tools.begin(), tools.end(), [&](const ToolSpec& t) {
+        return t.name == choice.function;
+      })) {
+    return ToolError("tool_choice.function.name",
+                     absl::StrCat(QuoteClientText(choice.function),
+                                  " is not one of `tools`"));
+  }
+  return absl::OkStatus();
 }
 
 std::string NewToolCallId() {

@@ -24,6 +24,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
 namespace kvserve::constrain {
 
 enum class ToolCallFormat {
@@ -87,6 +90,17 @@ struct ToolChoice {
   Mode mode = Mode::kAuto;
   std::string function;  // kFunction: the one to call
 };
+
+// OpenAI's `tools` array as JSON text: [{"type": "function", "function":
+// {"name", "description", "parameters"}}], names of 1 to 64 letters,
+// digits, '_' or '-' (they reach templates and grammars as written),
+// unique. INVALID_ARGUMENT naming the field ("`tools[1].function.name`").
+absl::StatusOr<std::vector<ToolSpec>> ParseTools(std::string_view tools_json);
+
+// INVALID_ARGUMENT when `choice` asks for what `tools` cannot give:
+// "required" without tools, a function not among them.
+absl::Status CheckToolChoice(const ToolChoice& choice,
+                             const std::vector<ToolSpec>& tools);
 
 struct ToolCall {
   std::string id;  // as the model wrote it (Mistral, Command R); else empty

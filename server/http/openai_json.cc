@@ -658,65 +658,6 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Json& messages) {
 
 namespace {
 
-// OpenAI's rule for a function's name: it reaches templates and grammars
-// as written.
-bool IsToolName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
-        c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
-
-// `tools`: [{"type": "function", "function": {"name", "description",
-// "parameters"}}], names unique.
-absl::StatusOr<std::vector<constrain::ToolSpec>> ReadTools(const Json& tools) {
-  std::vector<constrain::ToolSpec> out;
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string at = absl::StrCat("tools[", i, "]");
-    if (!tools[i].is_object()) return TypeError(at, "an object", tools[i]);
-    FieldReader t(tools[i], at + ".");
-    const std::string type = t.String("type").value_or("function");
-    const Json* function = t.Object("function");
-    if (!t.status().ok()) return t.status();
-    if (type != "function") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "`", at, ".type` must be \"function\", got ", QuoteClientText(type)));
-    }
-    if (function == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("`", at, ".function` is required"));
-    }
-    FieldReader fn(*function, at + ".function.");
-    constrain::ToolSpec spec;
-    spec.name = fn.String("name").value_or("");
-    if (const Json* parameters = fn.Object("parameters")) {
-      spec.parameters_json = parameters->dump();
-    }
-    fn.String("description");
-    if (!fn.status().ok()) return fn.status();
-    if (!IsToolName(spec.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "`", at,
-          ".function.name` must be 1 to 64 letters, digits, '_' or "
-          "'-', got ",
-          QuoteClientText(spec.name)));
-    }
-    for (const constrain::ToolSpec& other : out) {
-      if (other.name == spec.name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("`", at, ".function.name` ",
-                         QuoteClientText(spec.name), " names a tool twice"));
-      }
-    }
-    out.push_back(std::move(spec));
-  }
-  return out;
-}
-
 // `tool_choice`: "none", "auto", "required" or {"type": "function",
 // "function": {"name"}} naming one of `tools`.
 absl::StatusOr<constrain::ToolChoice> ReadToolChoice(
@@ -754,18 +695,11 @@ absl::StatusOr<constrain::ToolChoice> ReadToolChoice(
     }
     choice.mode = Mode::kFunction;
     choice.function = *name;
-    if (std::none_of(tools.begin(), tools.end(),
-                     [&](const auto& t) { return t.name == *name; })) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("`tool_choice.function.name` ", QuoteClientText(*name),
-                       " is not one of `tools`"));
-    }
   } else {
     return TypeError("tool_choice", "a string or an object", *v);
   }
-  if (choice.mode == Mode::kRequired && tools.empty()) {
-    return absl::InvalidArgumentError(
-        "`tool_choice` \"required\" needs `tools`");
+  if (absl::Status s = constrain::CheckToolChoice(choice, tools); !s.ok()) {
+    return s;
   }
   return choice;
 }
@@ -804,7 +738,8 @@ absl::StatusOr<GenerationRequest> ParseChatRequest(const Json& body,
   }
   if (!f.status().ok()) return f.status();
   if (tools != nullptr) {
-    absl::StatusOr<std::vector<constrain::ToolSpec>> specs = ReadTools(*tools);
+    absl::StatusOr<std::vector<constrain::ToolSpec>> specs =
+        constrain::ParseTools(out.tools_json);
     if (!specs.ok()) return specs.status();
     out.tools = *std::move(specs);
   }

@@ -350,6 +350,53 @@ TEST(ToolCallsTest, FormatsDetectedFromTheSharedTemplates) {
   EXPECT_FALSE(ReasoningOpenAfter("<｜Assistant｜>"));
 }
 
+TEST(ToolCallsTest, ToolsAreCheckedAndKeepTheirParametersInOrder) {
+  absl::StatusOr<std::vector<ToolSpec>> tools = ParseTools(R"([
+      {"type": "function", "function": {"name": "get_weather",
+       "description": "d", "parameters": {"type": "object", "properties":
+       {"z": {}, "a": {}}}}},
+      {"function": {"name": "ping"}}])");
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  ASSERT_EQ(tools->size(), 2);
+  EXPECT_EQ((*tools)[0].name, "get_weather");
+  EXPECT_EQ((*tools)[0].parameters_json,
+            R"({"type":"object","properties":{"z":{},"a":{}}})");
+  EXPECT_EQ((*tools)[1].parameters_json, "");
+  struct Bad {
+    const char* json;
+    const char* message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"{}", "`tools` must be an array"},
+           {"[1]", "`tools[0]` must be an object"},
+           {R"([{"type": "retrieval", "function": {"name": "f"}}])",
+            "`tools[0].type` must be \"function\""},
+           {R"([{"type": "function"}])", "`tools[0].function` must be"},
+           {R"([{"function": {"name": "a b"}}])",
+            "`tools[0].function.name` must be 1 to 64"},
+           {R"([{"function": {"name": "f", "parameters": []}}])",
+            "`tools[0].function.parameters` must be an object"},
+           {R"([{"function": {"name": "f"}}, {"function": {"name": "f"}}])",
+            "`tools[1].function.name` \"f\" names a tool twice"},
+       }) {
+    absl::StatusOr<std::vector<ToolSpec>> t = ParseTools(b.json);
+    ASSERT_FALSE(t.ok()) << b.json;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(t.status().message()),
+                ::testing::HasSubstr(b.message));
+  }
+  ToolChoice required;
+  required.mode = ToolChoice::Mode::kRequired;
+  EXPECT_FALSE(CheckToolChoice(required, {}).ok());
+  EXPECT_TRUE(CheckToolChoice(required, *tools).ok());
+  ToolChoice named;
+  named.mode = ToolChoice::Mode::kFunction;
+  named.function = "pong";
+  EXPECT_FALSE(CheckToolChoice(named, *tools).ok());
+  named.function = "ping";
+  EXPECT_TRUE(CheckToolChoice(named, *tools).ok());
+}
+
 TEST(ToolCallsTest, IdsAreFreshAndKept) {
   const std::string a = NewToolCallId();
   EXPECT_EQ(a.size(), 29);
