@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/constrain/json_grammar.h"
 #include "core/constrain/json_schema.h"
+#include "core/constrain/tool_call_grammar.h"
 #include "core/text/utf8_stream_decoder.h"
 
 namespace kvserve {
@@ -175,6 +176,113 @@ absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(
         kMaxTtlSeconds, ttl_seconds));
   }
   return absl::Seconds(ttl_seconds);
+}
+
+absl::StatusOr<std::optional<constrain::ParseOptions>> UseTools(
+    const constrain::ReplyFormat& format,
+    const std::vector<constrain::ToolSpec>& tools,
+    const constrain::ToolChoice& choice, bool parallel, bool reasoning_inline,
+    GenerateParams& params) {
+  if (absl::Status s = constrain::CheckToolChoice(choice, tools); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<constrain::ToolCallConstraint> c =
+      constrain::ToolCallGrammar(format, tools, choice, parallel);
+  if (!c.ok()) return c.status();
+  if (c->grammar != nullptr && params.grammar != nullptr &&
+      (choice.mode == constrain::ToolChoice::Mode::kRequired ||
+       choice.mode == constrain::ToolChoice::Mode::kFunction)) {
+    return absl::InvalidArgumentError(
+        "a tool_choice that requires a call cannot be given with another "
+        "constraint (response_format, grammar, json_schema): one constraint "
+        "per request");
+  }
+  if (c->grammar != nullptr && params.grammar == nullptr) {
+    params.grammar = std::move(c->grammar);
+    params.grammar_triggers = std::move(c->triggers);
+  }
+  constrain::ParseOptions o;
+  o.format = format;
+  o.tools = !tools.empty() && choice.mode != constrain::ToolChoice::Mode::kNone;
+  o.single_call = !parallel;
+  o.split_reasoning = !reasoning_inline;
+  if (!o.tools && !(format.reasoning && o.split_reasoning)) {
+    return std::nullopt;
+  }
+  return o;
+}
+
+absl::StatusOr<std::optional<constrain::ParseOptions>> ToolsFromProto(
+    const v1::GenerateRequest& request, const constrain::ReplyFormat& format,
+    std::vector<GenerateParams>& choices) {
+  if (!request.prompt().has_messages()) {
+    if (request.has_tool_choice() || request.has_parallel_tool_calls()) {
+      return absl::InvalidArgumentError(
+          "tool_choice and parallel_tool_calls need a chat prompt "
+          "(prompt.messages)");
+    }
+    return std::nullopt;
+  }
+  std::vector<constrain::ToolSpec> tools;
+  if (const std::string& json = request.prompt().messages().tools_json();
+      !json.empty()) {
+    absl::StatusOr<std::vector<constrain::ToolSpec>> parsed =
+        constrain::ParseTools(json);
+    if (!parsed.ok()) return parsed.status();
+    tools = *std::move(parsed);
+  }
+  constrain::ToolChoice choice;
+  switch (request.tool_choice().mode()) {
+    case v1::ToolChoice::MODE_NONE:
+      choice.mode = constrain::ToolChoice::Mode::kNone;
+      break;
+    case v1::ToolChoice::MODE_REQUIRED:
+      choice.mode = constrain::ToolChoice::Mode::kRequired;
+      break;
+    case v1::ToolChoice::MODE_FUNCTION:
+      choice.mode = constrain::ToolChoice::Mode::kFunction;
+      choice.function = request.tool_choice().function();
+      break;
+    case v1::ToolChoice::MODE_AUTO:
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool_choice.mode ", request.tool_choice().mode(),
+                       " is not one of AUTO, NONE, REQUIRED, FUNCTION"));
+  }
+  const bool parallel =
+      !request.has_parallel_tool_calls() || request.parallel_tool_calls();
+  std::optional<constrain::ParseOptions> parse;
+  for (GenerateParams& p : choices) {
+    absl::StatusOr<std::optional<constrain::ParseOptions>> o = UseTools(
+        format, tools, choice, parallel, request.reasoning_inline(), p);
+    if (!o.ok()) return o.status();
+    parse = *o;
+  }
+  return parse;
+}
+
+void ToProto(const constrain::ReplyDelta& delta, v1::ReplyDelta* out) {
+  out->set_content(delta.content);
+  out->set_reasoning(delta.reasoning);
+  for (const constrain::ReplyDelta::Call& c : delta.calls) {
+    v1::ReplyDelta::ToolCallDelta* d = out->add_tool_calls();
+    d->set_index(c.index);
+    d->set_id(c.id);
+    d->set_name(c.name);
+    d->set_arguments(c.arguments);
+  }
+}
+
+void ToProto(const constrain::ParsedReply& reply, v1::Reply* out) {
+  out->set_content(reply.content);
+  out->set_reasoning(reply.reasoning);
+  for (const constrain::ToolCall& c : reply.calls) {
+    v1::ToolCall* call = out->add_tool_calls();
+    call->set_id(c.id);
+    call->set_name(c.name);
+    call->set_arguments(c.arguments);
+  }
 }
 
 void ToProto(const SessionInfo& info, v1::Session* out) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/constrain/tool_calls.h"
 #include "core/engine/engine.h"
 #include "core/engine/requests.h"
 #include "kvserve/v1/inference.pb.h"
@@ -44,6 +45,29 @@ inline constexpr int64_t kMaxTtlSeconds = int64_t{100} * 365 * 24 * 3600;
 // or above kMaxTtlSeconds.
 absl::StatusOr<std::optional<absl::Duration>> TtlFromProto(bool has_ttl,
                                                            int64_t ttl_seconds);
+
+// A chat Generate's tools (OpenAI's tools, tool_choice,
+// parallel_tool_calls; HTTP and gRPC alike), put to use in the served
+// template's `format`: the constraint the choice asks for
+// (constrain::ToolCallGrammar) set on `params` (INVALID_ARGUMENT beside a
+// constraint of the client's when a call is required; with "auto" the
+// client's rules), and how the replies are read: nullopt when as plain
+// text (no tools or "none", and no reasoning to split).
+absl::StatusOr<std::optional<constrain::ParseOptions>> UseTools(
+    const constrain::ReplyFormat& format,
+    const std::vector<constrain::ToolSpec>& tools,
+    const constrain::ToolChoice& choice, bool parallel, bool reasoning_inline,
+    GenerateParams& params);
+
+// The tools of a gRPC Generate (prompt.messages.tools_json, tool_choice,
+// parallel_tool_calls, reasoning_inline) put to use on every choice
+// (UseTools). INVALID_ARGUMENT naming the field for bad tools.
+absl::StatusOr<std::optional<constrain::ParseOptions>> ToolsFromProto(
+    const v1::GenerateRequest& request, const constrain::ReplyFormat& format,
+    std::vector<GenerateParams>& choices);
+
+void ToProto(const constrain::ReplyDelta& delta, v1::ReplyDelta* out);
+void ToProto(const constrain::ParsedReply& reply, v1::Reply* out);
 
 void ToProto(const SessionInfo& info, v1::Session* out);
 void ToProto(const Usage& usage, v1::Usage* out);

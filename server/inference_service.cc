@@ -155,11 +155,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     metrics_->RequestStarted();
   }
 
-  // One GenerateCall per choice (choice 0 first, carrying the others).
-  void Start(absl::StatusOr<std::vector<GenerateParams>> choices) {
+  // One GenerateCall per choice (choice 0 first, carrying the others);
+  // `parse`: how each choice's reply is read (nullopt: not at all).
+  void Start(absl::StatusOr<std::vector<GenerateParams>> choices,
+             const std::optional<constrain::ParseOptions>& parse) {
     if (!choices.ok()) {
       OnFinish(0, choices.status());
       return;
+    }
+    replies_.resize(choices->size());
+    if (parse.has_value()) {
+      for (auto& reply : replies_) reply.emplace(*parse);
     }
     std::vector<std::shared_ptr<GenerateCall>> calls;
     for (size_t i = 0; i < choices->size(); ++i) {
@@ -180,6 +186,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void OnToken(int index, GeneratedToken token) {
     v1::GenerateResponse response;
     ToProto(token, *tokenizer_, response.mutable_token());
+    if (replies_[index].has_value()) {
+      // A control token's piece is where some formats' calls begin.
+      ToProto(replies_[index]->Push(token.control + token.text),
+              response.mutable_token()->mutable_delta());
+    }
     response.set_index(index);
     absl::StatusOr<grpc::ByteBuffer> bytes = SerializeResponse(response);
     Next next;
@@ -203,7 +214,23 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       status = absl::CancelledError("the request was cancelled");
     } else if (result.ok()) {
       v1::GenerateResponse response;
-      ToProto(*result, response.mutable_final());
+      v1::GenerateFinal* final = response.mutable_final();
+      ToProto(*result, final);
+      if (std::optional<constrain::ReplyStream>& reply = replies_[index];
+          reply.has_value()) {
+        constrain::ReplyDelta end = reply->Push(result->text);
+        constrain::ReplyDelta last = reply->Finish();
+        end.content += last.content;
+        end.reasoning += last.reasoning;
+        end.calls.insert(end.calls.end(), last.calls.begin(), last.calls.end());
+        ToProto(end, final->mutable_delta());
+        ToProto(reply->sent(), final->mutable_reply());
+        if (!reply->sent().calls.empty() &&
+            (result->finish_reason == FinishReason::kStop ||
+             result->finish_reason == FinishReason::kEos)) {
+          final->set_finish_reason(v1::FINISH_REASON_TOOL_CALLS);
+        }
+      }
       response.set_index(index);
       absl::StatusOr<grpc::ByteBuffer> bytes = SerializeResponse(response);
       if (bytes.ok()) {
@@ -372,6 +399,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
 
   // Made by Start before any choice is submitted; never changed after.
   std::vector<std::unique_ptr<ChoiceSink>> sinks_;
+  // Each choice's reply, when parsed: touched only from its sink's events,
+  // on the engine thread (sized in Start, before the calls are submitted).
+  std::vector<std::optional<constrain::ReplyStream>> replies_;
   absl::Mutex mu_;
   std::vector<std::shared_ptr<GenerateCall>> calls_ ABSL_GUARDED_BY(mu_);
   int unfinished_ ABSL_GUARDED_BY(mu_) = 1;  // choices before OnFinish
@@ -486,6 +516,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(
         info->set_cpu(CpuFeatureString(Cpu()));
         info->set_isa(std::string(IsaLevelName(EffectiveIsa())));
         info->set_chat_template(chat_template_origin_);
+        const constrain::ReplyFormat& format = engine_->reply_format();
+        info->set_tool_call_format(
+            std::string(constrain::ToolCallFormatName(format.tools)));
+        info->set_reasoning(format.reasoning);
         return call.Finish(absl::OkStatus());
       });
 }
@@ -671,8 +705,9 @@ grpc::ServerUnaryReactor* InferenceService::Append(
 }
 
 absl::StatusOr<std::vector<GenerateParams>>
-InferenceService::GenerateParamsFrom(const grpc::CallbackServerContext* context,
-                                     const grpc::ByteBuffer& bytes) const {
+InferenceService::GenerateParamsFrom(
+    const grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
+    std::optional<constrain::ParseOptions>* parse) const {
   v1::GenerateRequest request;
   if (absl::Status s = ParseRequest(bytes, &request); !s.ok()) return s;
   absl::StatusOr<Caller> caller = Authenticate(context, request.owner());
@@ -684,9 +719,12 @@ InferenceService::GenerateParamsFrom(const grpc::CallbackServerContext* context,
   }
   absl::StatusOr<std::vector<GenerateParams>> choices =
       ChoicesFromProto(request, engine_->options().default_max_tokens);
-  if (choices.ok()) {
-    for (GenerateParams& p : *choices) p.owner = caller->owner;
-  }
+  if (!choices.ok()) return choices;
+  for (GenerateParams& p : *choices) p.owner = caller->owner;
+  absl::StatusOr<std::optional<constrain::ParseOptions>> tools =
+      ToolsFromProto(request, engine_->reply_format(), *choices);
+  if (!tools.ok()) return tools.status();
+  *parse = *std::move(tools);
   return choices;
 }
 
@@ -694,7 +732,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   auto* reactor =
       new GenerateReactor(context, engine_, tokenizer_, metrics_, &streams_);
-  reactor->Start(GenerateParamsFrom(context, *request));
+  std::optional<constrain::ParseOptions> parse;
+  absl::StatusOr<std::vector<GenerateParams>> choices =
+      GenerateParamsFrom(context, *request, &parse);
+  reactor->Start(std::move(choices), parse);
   return reactor;
 }
 

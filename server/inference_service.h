@@ -117,10 +117,13 @@ class InferenceService final : public RawInferenceService {
   absl::StatusOr<Caller> Authenticate(
       const grpc::CallbackServerContext* context,
       std::string_view requested_owner) const;
-  // A Generate's parameters from its request bytes, one per choice.
+  // A Generate's parameters from its request bytes, one per choice, with
+  // its tools put to use (ToolsFromProto): `parse` is set to how the
+  // replies are read.
   absl::StatusOr<std::vector<GenerateParams>> GenerateParamsFrom(
       const grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer& request) const;
+      const grpc::ByteBuffer& request,
+      std::optional<constrain::ParseOptions>* parse) const;
 
   Engine* engine_;
   const ModelWeights* weights_;

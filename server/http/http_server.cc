@@ -17,9 +17,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/chat/chat_prompt.h"
-#include "core/constrain/tool_call_grammar.h"
 #include "core/util/quote.h"
 #include "core/util/status_reason.h"
+#include "server/convert.h"
 #include "server/http/openai_json.h"
 #include "server/http/sse.h"
 #include "server/http/token_queue.h"
@@ -452,33 +452,13 @@ class HttpServer::Handlers {
     r->params.owner = caller.owner;
     if (auto* chat = std::get_if<ChatInput>(&r->params.prompt)) {
       chat->tools_json = r->tools_json;
-      if (absl::Status s = ConstrainToolCalls(*r); !s.ok()) return s;
+      absl::StatusOr<std::optional<constrain::ParseOptions>> parse =
+          UseTools(deps_.engine->reply_format(), r->tools, r->tool_choice,
+                   r->parallel_tool_calls, r->reasoning_inline, r->params);
+      if (!parse.ok()) return parse.status();
+      r->parse = *std::move(parse);
     }
     return r;
-  }
-
-  // Tools offered: the reply's calls are constrained to validate
-  // (ToolCallGrammar): all of it with "required" or a named function, from
-  // a call's opener on with "auto" (in the generic format, calls or a
-  // response).
-  absl::Status ConstrainToolCalls(GenerationRequest& r) const {
-    absl::StatusOr<constrain::ToolCallConstraint> c =
-        constrain::ToolCallGrammar(deps_.engine->reply_format(), r.tools,
-                                   r.tool_choice, r.parallel_tool_calls);
-    if (!c.ok()) return c.status();
-    if (c->grammar == nullptr) return absl::OkStatus();
-    if (r.params.grammar != nullptr) {
-      if (r.tool_choice.mode == constrain::ToolChoice::Mode::kAuto) {
-        return absl::OkStatus();  // the client's constraint rules the reply
-      }
-      return absl::InvalidArgumentError(
-          "`tool_choice` that requires a call cannot be given with "
-          "`response_format`, `grammar` or `json_schema`: one constraint per "
-          "request");
-    }
-    r.params.grammar = std::move(c->grammar);
-    r.params.grammar_triggers = std::move(c->triggers);
-    return absl::OkStatus();
   }
 
   // Makes the calls of every choice of every prompt (each prompt's first
@@ -538,9 +518,7 @@ class HttpServer::Handlers {
         .created = absl::ToUnixSeconds(absl::Now()),
         .model = model_name()};
     g.logprobs = r->logprobs;
-    if (endpoint == Endpoint::kChatCompletions) {
-      g.parse = ReplyParseOptions(*r, deps_.engine->reply_format());
-    }
+    g.parse = r->parse;
     g.include_usage = r->stream && r->include_usage;
     const bool stream = r->stream;
     const std::string session_id = r->params.session_id;

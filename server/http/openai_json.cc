@@ -895,20 +895,6 @@ absl::string_view OpenAiFinishReason(FinishReason reason, bool called_tools) {
   return "stop";
 }
 
-std::optional<constrain::ParseOptions> ReplyParseOptions(
-    const GenerationRequest& request, const constrain::ReplyFormat& format) {
-  constrain::ParseOptions o;
-  o.format = format;
-  o.tools = !request.tools.empty() &&
-            request.tool_choice.mode != constrain::ToolChoice::Mode::kNone;
-  o.single_call = !request.parallel_tool_calls;
-  o.split_reasoning = !request.reasoning_inline;
-  if (!o.tools && !(format.reasoning && o.split_reasoning)) {
-    return std::nullopt;
-  }
-  return o;
-}
-
 Json ReplyDeltaJson(const constrain::ReplyDelta& delta) {
   Json out = Json::object();
   if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;

@@ -86,6 +86,9 @@ struct GenerationRequest {
   bool parallel_tool_calls = true;
   // llama-server's reasoning_format "none": reasoning stays in the content.
   bool reasoning_inline = false;
+  // Set by the server (UseTools, server/convert.h): how the replies are
+  // read; nullopt: as plain text.
+  std::optional<constrain::ParseOptions> parse;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // report logprobs (params.logprobs >= 0)
@@ -116,12 +119,6 @@ absl::Status CheckModel(absl::string_view requested, absl::string_view served);
 // "tool_calls" instead of "stop" when the reply called tools.
 absl::string_view OpenAiFinishReason(FinishReason reason,
                                      bool called_tools = false);
-
-// How a chat request's replies are read (tool calls looked for when tools
-// are offered and tool_choice is not "none"), in the served template's
-// format; nullopt when nothing is to be parsed (plain content).
-std::optional<constrain::ParseOptions> ReplyParseOptions(
-    const GenerationRequest& request, const constrain::ReplyFormat& format);
 
 // A streamed chat chunk's delta for what a piece added to the reply:
 // content, reasoning_content, and tool_calls as OpenAI streams them (index,

@@ -159,6 +159,80 @@ TEST_F(ChatServingTest, ASessionKeepsTheConversation) {
   EXPECT_EQ(got->messages(3).content(), second->text);
 }
 
+// Issue 39 item 4: tools over gRPC. A required call: the final message
+// carries the parsed reply (FINISH_REASON_TOOL_CALLS) and the tokens'
+// deltas put together give the same call; the model info names the format.
+TEST_F(ChatServingTest, ToolCallsOverGrpc) {
+  absl::StatusOr<v1::ModelInfo> info =
+      client().GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tool_call_format(), "generic");  // ChatML renders no tools
+  EXPECT_FALSE(info->reasoning());
+
+  v1::GenerateRequest request = GreedyRequest(200);
+  request.mutable_sampling()->set_temperature(1.0f);
+  SetMessages({Message("user", "Weather in Oslo?")}, request.mutable_prompt());
+  request.mutable_prompt()->mutable_messages()->set_tools_json(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters":
+       {"type": "object", "properties": {"city": {"enum": ["Oslo", "Rome"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": false}}}])");
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
+  request.set_parallel_tool_calls(false);
+  int called = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    request.mutable_sampling()->set_seed(seed);
+    std::string content, arguments, name, id;
+    absl::StatusOr<v1::GenerateFinal> final_message =
+        client().Generate(request, [&](const v1::GeneratedToken& token) {
+          content += token.delta().content();
+          for (const auto& call : token.delta().tool_calls()) {
+            EXPECT_EQ(call.index(), 0);
+            if (!call.id().empty()) {
+              EXPECT_TRUE(id.empty());
+              id = call.id();
+              name = call.name();
+            }
+            arguments += call.arguments();
+          }
+          return true;
+        });
+    ASSERT_TRUE(final_message.ok()) << final_message.status();
+    if (final_message->finish_reason() == v1::FINISH_REASON_LENGTH) continue;
+    ++called;
+    EXPECT_EQ(final_message->finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
+    const v1::Reply& reply = final_message->reply();
+    ASSERT_EQ(reply.tool_calls_size(), 1) << reply.DebugString();
+    for (const auto& call : final_message->delta().tool_calls()) {
+      arguments += call.arguments();
+    }
+    content += final_message->delta().content();
+    EXPECT_EQ(reply.content(), content);
+    EXPECT_EQ(reply.tool_calls(0).id(), id);
+    EXPECT_EQ(reply.tool_calls(0).name(), "get_weather");
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(reply.tool_calls(0).arguments(), arguments);
+    EXPECT_TRUE(absl::StrContains(arguments, "\"days\"")) << arguments;
+  }
+  EXPECT_GE(called, 2);
+
+  // Checked as over HTTP.
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_FUNCTION);
+  request.mutable_tool_choice()->set_function("get_time");
+  absl::StatusOr<Generated> refused = GenerateAll(client(), request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "is not one of `tools`"))
+      << refused.status();
+  request.mutable_prompt()->mutable_messages()->set_tools_json("[{}]");
+  refused = GenerateAll(client(), request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "`tools[0].function` must be an object"))
+      << refused.status();
+}
+
 TEST_F(ChatServingTest, KvctlTemplateAndChat) {
   CommandResult rendered = Kvctl({"template", "--system=S", "--", "Hi"});
   EXPECT_EQ(rendered.status.code, 0) << rendered.err;
