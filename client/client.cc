@@ -158,6 +158,8 @@ absl::string_view FinishReasonName(v1::FinishReason reason) {
       return "context_full";
     case v1::FINISH_REASON_CANCELLED:
       return "cancelled";
+    case v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return "unspecified";
   }

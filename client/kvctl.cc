@@ -124,7 +124,11 @@ ABSL_FLAG(std::string, json_schema, "",
 ABSL_FLAG(bool, json_object, false,
           "generate, chat: the output is a JSON object.");
 ABSL_FLAG(std::string, tools, "",
-          "template: a JSON file holding the array of tool definitions.");
+          "chat, template: a JSON file holding the array of tool definitions "
+          "(OpenAI's `tools`).");
+ABSL_FLAG(std::string, tool_choice, "",
+          "chat with --tools: auto (the default), none, required, or the "
+          "name of the function to call.");
 ABSL_FLAG(bool, generation_prompt, true,
           "template: end with the header of an assistant reply.");
 
@@ -153,12 +157,17 @@ Commands:
                                         streams the generated text; with --json one
                                         {"token_id", "text"} object per token, then
                                         {"finish_reason", "usage", "timings"}
-  chat [--session=ID] [--system=TEXT] [--messages=FILE] [generate's flags] [TEXT]
+  chat [--session=ID] [--system=TEXT] [--messages=FILE] [--tools=FILE]
+       [--tool_choice=auto|none|required|NAME] [generate's flags] [TEXT]
                                         one chat turn: TEXT as a user message,
                                         rendered with the model's chat template;
                                         streams the reply. Without TEXT: one turn
                                         per line of stdin, in --session or a new
-                                        session (its id goes to stderr)
+                                        session (its id goes to stderr). With
+                                        --tools the reply's tool calls follow
+                                        it, one JSON object a line ({"id",
+                                        "name", "arguments"}; --json: in the
+                                        final object's "reply")
   template [--system=TEXT] [--messages=FILE] [--tools=FILE]
            [--nogeneration_prompt] [--json] [TEXT]
                                         the prompt the chat template renders
@@ -584,6 +593,9 @@ class Commands {
     absl::StatusOr<v1::GenerateRequest> from_flags = GenerateRequestFromFlags();
     if (!from_flags.ok()) return UsageError(from_flags.status().message());
     v1::GenerateRequest& request = *from_flags;
+    if (absl::Status s = ToolsFromFlags(request); !s.ok()) {
+      return UsageError(s.message());
+    }
     if (args.size() >= 2) {
       if (messages->empty()) return UsageError("chat needs a message");
       *request.mutable_prompt()->mutable_messages()->mutable_messages() = {
@@ -617,6 +629,42 @@ class Commands {
     return kExitOk;
   }
 
+  // --tools and --tool_choice into a chat request.
+  static absl::Status ToolsFromFlags(v1::GenerateRequest& request) {
+    const std::string path = absl::GetFlag(FLAGS_tools);
+    const std::string choice = absl::GetFlag(FLAGS_tool_choice);
+    if (path.empty()) {
+      if (choice.empty()) return absl::OkStatus();
+      return absl::InvalidArgumentError("--tool_choice needs --tools=FILE");
+    }
+    absl::StatusOr<std::string> tools = ToolsJson(path);
+    if (!tools.ok()) return tools.status();
+    request.mutable_prompt()->mutable_messages()->set_tools_json(*tools);
+    v1::ToolChoice* c = request.mutable_tool_choice();
+    if (choice.empty() || choice == "auto") {
+      c->set_mode(v1::ToolChoice::MODE_AUTO);
+    } else if (choice == "none") {
+      c->set_mode(v1::ToolChoice::MODE_NONE);
+    } else if (choice == "required") {
+      c->set_mode(v1::ToolChoice::MODE_REQUIRED);
+    } else {
+      c->set_mode(v1::ToolChoice::MODE_FUNCTION);
+      c->set_function(choice);
+    }
+    return absl::OkStatus();
+  }
+
+  // The array of tools in the JSON file at `path`, as JSON text.
+  static absl::StatusOr<std::string> ToolsJson(const std::string& path) {
+    absl::StatusOr<nlohmann::ordered_json> tools = ReadJsonFile(path);
+    if (!tools.ok()) return tools.status();
+    if (!tools->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tools: ", path, " must hold a JSON array of tools"));
+    }
+    return tools->dump();
+  }
+
   int Template(const Args& args) {
     absl::StatusOr<std::vector<v1::ChatMessage>> messages =
         MessagesFromFlags(args.size() >= 2 ? args.Text(1) : "");
@@ -625,13 +673,9 @@ class Commands {
     *request.mutable_messages() = {messages->begin(), messages->end()};
     request.set_add_generation_prompt(absl::GetFlag(FLAGS_generation_prompt));
     if (const std::string path = absl::GetFlag(FLAGS_tools); !path.empty()) {
-      absl::StatusOr<nlohmann::ordered_json> tools = ReadJsonFile(path);
+      absl::StatusOr<std::string> tools = ToolsJson(path);
       if (!tools.ok()) return UsageError(tools.status().message());
-      if (!tools->is_array()) {
-        return UsageError(absl::StrCat("--tools: ", path,
-                                       " must hold a JSON array of tools"));
-      }
-      request.set_tools_json(tools->dump());
+      request.set_tools_json(*std::move(tools));
     }
     absl::StatusOr<v1::ApplyChatTemplateResponse> response =
         client_->ApplyChatTemplate(request, Options());
@@ -811,6 +855,13 @@ class Commands {
                         texts[i], final_message.text(), "\n");
       } else {
         out += final_message.text() + "\n";
+        // A parsed reply's calls, one a line.
+        for (const v1::ToolCall& c : final_message.reply().tool_calls()) {
+          out += DumpJson(Json{{"id", c.id()},
+                               {"name", c.name()},
+                               {"arguments", c.arguments()}}) +
+                 "\n";
+        }
       }
     }
     return WriteOut(out) ? kExitOk : WriteFailed();

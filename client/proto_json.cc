@@ -167,6 +167,18 @@ Json FinalToJson(const v1::GenerateFinal& final_message) {
     object["session_id"] = final_message.session_id();
   }
   if (!final_message.text().empty()) object["text"] = final_message.text();
+  if (final_message.has_reply()) {
+    const v1::Reply& reply = final_message.reply();
+    Json& reply_json = object["reply"] = Json::object();
+    reply_json["content"] = reply.content();
+    if (!reply.reasoning().empty()) reply_json["reasoning"] = reply.reasoning();
+    Json calls = Json::array();
+    for (const v1::ToolCall& c : reply.tool_calls()) {
+      calls.push_back(
+          {{"id", c.id()}, {"name", c.name()}, {"arguments", c.arguments()}});
+    }
+    reply_json["tool_calls"] = std::move(calls);
+  }
   return object;
 }
 

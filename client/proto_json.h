@@ -38,7 +38,9 @@ Json ProtoToJson(const google::protobuf::Message& message);
 
 // `generate --json`: one {"token_id", "text"[, "logprob", "top_logprobs"]}
 // object per token, then {"finish_reason", "usage", "timings"[,
-// "session_id"][, "text"]} with finish_reason as FinishReasonName gives it.
+// "session_id"][, "text"][, "reply": {"content", "reasoning", "tool_calls":
+// [{"id", "name", "arguments"}]}]} with finish_reason as FinishReasonName
+// gives it.
 Json TokenToJson(const v1::GeneratedToken& token);
 
 // Chat messages from a JSON array of {role, content, name, tool_call_id,

@@ -26,7 +26,8 @@ TEST(ProtoJsonTest, ModelInfoWritesEveryFieldInProtoOrderEvenWhenZero) {
             "\"kv_cache_capacity_bytes\":0,\"kv_block_tokens\":0,"
             "\"fingerprint\":\"\",\"bos_token_id\":0,\"eos_token_id\":0,"
             "\"weight_bytes\":0,\"cpu\":\"\",\"isa\":\"\","
-            "\"chat_template\":\"\"}");
+            "\"chat_template\":\"\",\"tool_call_format\":\"\","
+            "\"reasoning\":false}");
 }
 
 TEST(ProtoJsonTest, ModelInfoValues) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "core/engine/engine.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/integration_util.h"
 #include "tests/testing/paths.h"
 
@@ -163,8 +164,7 @@ TEST_F(ChatServingTest, ASessionKeepsTheConversation) {
 // carries the parsed reply (FINISH_REASON_TOOL_CALLS) and the tokens'
 // deltas put together give the same call; the model info names the format.
 TEST_F(ChatServingTest, ToolCallsOverGrpc) {
-  absl::StatusOr<v1::ModelInfo> info =
-      client().GetModelInfo();
+  absl::StatusOr<v1::ModelInfo> info = client().GetModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->tool_call_format(), "generic");  // ChatML renders no tools
   EXPECT_FALSE(info->reasoning());
@@ -250,6 +250,58 @@ TEST_F(ChatServingTest, KvctlTemplateAndChat) {
   CommandResult bad = Kvctl({"template", "--messages=/nonexistent.json"});
   EXPECT_EQ(bad.status.code, 1);
   EXPECT_TRUE(absl::StrContains(bad.err, "/nonexistent.json")) << bad.err;
+}
+
+// kvctl chat --tools --tool_choice: the reply's calls follow it, one JSON
+// object a line (--json: in the final object's reply).
+TEST_F(ChatServingTest, KvctlChatCallsTools) {
+  ScratchDir dir;
+  const std::string path = dir.File("tools.json");
+  ASSERT_TRUE(WriteTextFile(path, R"([{"type": "function", "function":
+      {"name": "get_weather", "parameters": {"type": "object", "properties":
+      {"city": {"enum": ["Oslo", "Rome"]}}, "required": ["city"],
+      "additionalProperties": false}}}])"));
+  int seen = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::vector<std::string> flags = {"chat",
+                                            "--tools=" + path,
+                                            "--tool_choice=get_weather",
+                                            "--max_tokens=200",
+                                            "--temperature=1",
+                                            absl::StrCat("--seed=", seed)};
+    std::vector<std::string> with_json = flags;
+    with_json.insert(with_json.end(), {"--json", "Weather?"});
+    CommandResult json = Kvctl(with_json);
+    ASSERT_EQ(json.status.code, 0) << json.err;
+    const std::string last =
+        json.out.substr(json.out.rfind('\n', json.out.size() - 2) + 1);
+    const nlohmann::json final_line = nlohmann::json::parse(last);
+    if (final_line["finish_reason"] == "length") continue;
+    ++seen;
+    EXPECT_EQ(final_line["finish_reason"], "tool_calls") << last;
+    const nlohmann::json& call = final_line["reply"]["tool_calls"][0];
+    EXPECT_EQ(call["name"], "get_weather");
+    const nlohmann::json args =
+        nlohmann::json::parse(call["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"] == "Oslo" || args["city"] == "Rome") << args;
+
+    // Without --json: the text, then the call as a line of JSON.
+    std::vector<std::string> plain = flags;
+    plain.push_back("Weather?");
+    CommandResult chat = Kvctl(plain);
+    ASSERT_EQ(chat.status.code, 0) << chat.err;
+    const size_t at = chat.out.find("{\"id\":\"call_");
+    ASSERT_NE(at, std::string::npos) << chat.out;
+    const nlohmann::json line = nlohmann::json::parse(
+        chat.out.substr(at, chat.out.find('\n', at) - at));
+    EXPECT_EQ(line["name"], "get_weather");
+    EXPECT_EQ(line["arguments"], call["arguments"]);
+  }
+  EXPECT_GE(seen, 1);
+  CommandResult bad = Kvctl({"chat", "--tool_choice=required", "Hi"});
+  EXPECT_EQ(bad.status.code, 1);
+  EXPECT_TRUE(absl::StrContains(bad.err, "--tool_choice needs --tools"))
+      << bad.err;
 }
 
 // A --tools file nested a million deep made kvctl overflow its stack; it
