@@ -187,9 +187,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     v1::GenerateResponse response;
     ToProto(token, *tokenizer_, response.mutable_token());
     if (replies_[index].has_value()) {
-      // A control token's piece is where some formats' calls begin.
-      ToProto(replies_[index]->Push(token.control + token.text),
-              response.mutable_token()->mutable_delta());
+      // A control token may be a format's marker ("[TOOL_CALLS]").
+      constrain::ReplyDelta delta;
+      if (!token.control.empty()) {
+        delta = replies_[index]->PushControl(token.control);
+      }
+      delta.Append(replies_[index]->Push(token.text));
+      ToProto(delta, response.mutable_token()->mutable_delta());
     }
     response.set_index(index);
     absl::StatusOr<grpc::ByteBuffer> bytes = SerializeResponse(response);
@@ -219,10 +223,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       if (std::optional<constrain::ReplyStream>& reply = replies_[index];
           reply.has_value()) {
         constrain::ReplyDelta end = reply->Push(result->text);
-        constrain::ReplyDelta last = reply->Finish();
-        end.content += last.content;
-        end.reasoning += last.reasoning;
-        end.calls.insert(end.calls.end(), last.calls.begin(), last.calls.end());
+        end.Append(reply->Finish());
         ToProto(end, final->mutable_delta());
         ToProto(reply->sent(), final->mutable_reply());
         if (!reply->sent().calls.empty() &&

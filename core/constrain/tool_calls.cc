@@ -951,6 +951,40 @@ ReplyDelta ReplyStream::Push(std::string_view piece) {
   return Advance(/*partial=*/true);
 }
 
+void ReplyDelta::Append(const ReplyDelta& later) {
+  content += later.content;
+  reasoning += later.reasoning;
+  for (const Call& c : later.calls) {
+    if (!calls.empty() && calls.back().index == c.index) {
+      calls.back().arguments += c.arguments;  // one entry per call index
+    } else {
+      calls.push_back(c);
+    }
+  }
+}
+
+ReplyDelta ReplyStream::PushControl(std::string_view piece) {
+  static constexpr std::string_view kMarkers[] = {"<|python_tag|>",
+                                                  "[TOOL_CALLS]",
+                                                  "<tool_call>",
+                                                  "</tool_call>",
+                                                  "<|START_ACTION|>",
+                                                  "<|END_ACTION|>",
+                                                  "<|START_THINKING|>",
+                                                  "<|END_THINKING|>",
+                                                  "<think>",
+                                                  "</think>",
+                                                  "<｜tool▁calls▁begin｜>",
+                                                  "<｜tool▁calls▁end｜>",
+                                                  "<｜tool▁call▁begin｜>",
+                                                  "<｜tool▁call▁end｜>",
+                                                  "<｜tool▁sep｜>"};
+  for (std::string_view m : kMarkers) {
+    if (m == piece) return Push(piece);
+  }
+  return ReplyDelta();
+}
+
 ReplyDelta ReplyStream::Finish() { return Advance(/*partial=*/false); }
 
 ReplyDelta ReplyStream::Advance(bool partial) {

@@ -150,6 +150,8 @@ struct ReplyDelta {
   bool empty() const {
     return content.empty() && reasoning.empty() && calls.empty();
   }
+  // Adds what `later` added after this (a call's pieces stay in order).
+  void Append(const ReplyDelta& later);
 };
 
 // A reply fed piece by piece: each Push returns what the piece added, Finish
@@ -161,6 +163,10 @@ class ReplyStream {
   explicit ReplyStream(ParseOptions options) : options_(options) {}
 
   ReplyDelta Push(std::string_view piece);
+  // A control token (by its piece): read as text when it is one of the
+  // format's markers ("[TOOL_CALLS]", "<|python_tag|>"), else dropped, as
+  // the text a client sees drops it.
+  ReplyDelta PushControl(std::string_view piece);
   ReplyDelta Finish();
 
   // The reply as sent so far (after Finish: the whole reply, ids included).

@@ -146,9 +146,11 @@ struct Generation {
     c.prev_id = token.token_id;
     c.text += token.text;
     if (c.reply.has_value()) {
-      // A control token's piece is where some formats' calls begin.
-      added.delta = c.reply->Push(
-          token.control.empty() ? token.text : token.control + token.text);
+      // A control token may be a format's marker ("[TOOL_CALLS]").
+      if (!token.control.empty()) {
+        added.delta = c.reply->PushControl(token.control);
+      }
+      added.delta.Append(c.reply->Push(token.text));
     }
     return added;
   }

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "client/client.h"
 #include "core/engine/engine.h"
 #include "nlohmann/json.hpp"
@@ -359,6 +360,48 @@ TEST(ChatTemplateFlagTest, ServesTheTemplateOfTheFileAndItsErrors) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused.status().message(), "System role not supported");
+}
+
+// Issue 39 item 3: DeepSeek R1's template opens the reply's reasoning
+// (its generation prompt ends in "<think>\n"): a reply that never closes it
+// is all reasoning, returned apart from the content unless asked inline.
+TEST(ChatTemplateFlagTest, AReasoningTemplatesThinkingIsReturnedApart) {
+  const std::string path =
+      SharedDir() + "/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " is missing (../shared/templates)";
+  }
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--chat_template=" + path);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(absl::StrContains((*server)->stderr_text(),
+                                "tool calls read as deepseek_r1; replies open "
+                                "in reasoning"))
+      << (*server)->stderr_text();
+  absl::StatusOr<std::unique_ptr<Client>> client = ConnectClient(**server);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<v1::ModelInfo> info = (*client)->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tool_call_format(), "deepseek_r1");
+  EXPECT_TRUE(info->reasoning());
+
+  v1::GenerateRequest generate = GreedyRequest(12);
+  SetMessages({Message("user", "Why?")}, generate.mutable_prompt());
+  absl::StatusOr<Generated> split = GenerateAll(**client, generate);
+  ASSERT_TRUE(split.ok()) << split.status();
+  const v1::Reply& reply = split->final_message.reply();
+  EXPECT_EQ(reply.content(), "");
+  EXPECT_EQ(reply.reasoning(),
+            std::string(absl::StripAsciiWhitespace(split->text)));
+  EXPECT_FALSE(reply.reasoning().empty());
+
+  generate.set_reasoning_inline(true);
+  absl::StatusOr<Generated> inline_text = GenerateAll(**client, generate);
+  ASSERT_TRUE(inline_text.ok()) << inline_text.status();
+  EXPECT_EQ(inline_text->text, split->text);
+  EXPECT_FALSE(inline_text->final_message.has_reply());
 }
 
 TEST(ChatTemplateFlagTest, ATemplateThatDoesNotParseStopsTheServer) {

@@ -397,6 +397,27 @@ TEST(ToolCallsTest, ToolsAreCheckedAndKeepTheirParametersInOrder) {
   EXPECT_TRUE(CheckToolChoice(named, *tools).ok());
 }
 
+// A control token reaches the parser by its piece when it is a format's
+// marker (Mistral's [TOOL_CALLS] is one), and is dropped otherwise (a BOS
+// the model wrote is not text).
+TEST(ToolCallsTest, ControlTokensCountOnlyAsMarkers) {
+  ReplyStream stream(Options(ToolCallFormat::kMistral));
+  ReplyDelta d = stream.PushControl("<s>");
+  EXPECT_TRUE(d.empty());
+  d = stream.Push("ok ");
+  d.Append(stream.PushControl("[TOOL_CALLS]"));
+  d.Append(stream.Push("[{\"name\": \"f\", \"arguments\": {\"a\""));
+  d.Append(stream.Push(": 1}}]"));
+  d.Append(stream.Finish());
+  EXPECT_EQ(d.content, "ok");
+  ASSERT_EQ(d.calls.size(), 1);  // the pieces of one call, merged
+  EXPECT_EQ(d.calls[0].name, "f");
+  EXPECT_EQ(d.calls[0].arguments, "{\"a\": 1}");
+  EXPECT_EQ(stream.sent().calls[0].arguments, "{\"a\": 1}");
+  EXPECT_EQ(stream.text(),
+            "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}}]");
+}
+
 TEST(ToolCallsTest, IdsAreFreshAndKept) {
   const std::string a = NewToolCallId();
   EXPECT_EQ(a.size(), 29);
