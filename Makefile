@@ -148,8 +148,8 @@ soak-60s: build
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZERS ?= gguf llama2c tokenizer_spm tokenizer_bpe utf8 session_log \
-  kv_snapshot quant_blocks jinja gbnf json_schema http_request http_framing \
-  request_handlers
+  kv_snapshot quant_blocks jinja gbnf json_schema reply_parser http_request \
+  http_framing request_handlers
 FUZZ_DEPS := clang libclang-rt-14-dev libomp-dev
 
 fuzz-deps: deps

@@ -71,6 +71,7 @@ Scan ScanString(std::string_view t, size_t p, size_t& end) {
       end = i + 1;
       return Scan::kComplete;
     } else if (static_cast<unsigned char>(t[i]) < 0x20) {
+      end = i;
       return Scan::kInvalid;
     }
   }
@@ -78,8 +79,10 @@ Scan ScanString(std::string_view t, size_t p, size_t& end) {
   return Scan::kIncomplete;
 }
 
-// A JSON value starting at t[p] (not whitespace): its end. Brackets and
-// strings are matched, scalars read to the next delimiter; the value is not
+// A JSON value starting at t[p] (not whitespace): its end (kInvalid: where
+// it went wrong, so that [p, end) is what every shorter text read as the
+// value too). Brackets and strings are matched, scalars read to the next
+// delimiter; the value is not
 // validated beyond that (its consumer parses it).
 Scan ScanValue(std::string_view t, size_t p, size_t& end) {
   end = t.size();
@@ -93,12 +96,18 @@ Scan ScanValue(std::string_view t, size_t p, size_t& end) {
       if (d == '"') {
         size_t s;
         const Scan r = ScanString(t, i, s);
-        if (r != Scan::kComplete) return r;
+        if (r != Scan::kComplete) {
+          end = s;
+          return r;
+        }
         i = s - 1;
       } else if (d == '{' || d == '[') {
         open.push_back(d == '{' ? '}' : ']');
       } else if (d == '}' || d == ']') {
-        if (open.empty() || open.back() != d) return Scan::kInvalid;
+        if (open.empty() || open.back() != d) {
+          end = i;
+          return Scan::kInvalid;
+        }
         open.pop_back();
         if (open.empty()) {
           end = i + 1;
@@ -114,8 +123,8 @@ Scan ScanValue(std::string_view t, size_t p, size_t& end) {
           t[i] == '-' || t[i] == '+' || t[i] == '.')) {
     ++i;
   }
-  if (i == p) return Scan::kInvalid;
   end = i;
+  if (i == p) return Scan::kInvalid;
   return i == t.size() ? Scan::kIncomplete : Scan::kComplete;
 }
 
@@ -235,12 +244,23 @@ CallObject ScanCallObject(std::string_view t, size_t p) {
     size_t value_end;
     const Scan v = ScanValue(t, i, value_end);
     if (v == Scan::kInvalid) {
+      // Arguments stay as far as they were read while the text was shorter.
+      if (o.arguments_complete) {
+        // Read under an earlier key.
+      } else if (IsArgumentsKey(*key) && t[i] != '"') {
+        o.arguments = std::string(t.substr(i, value_end - i));
+      } else if (IsArgumentsKey(*key)) {
+        o.arguments = "";
+      }
       o.state = Scan::kInvalid;
       return o;
     }
     const std::string_view value = t.substr(i, value_end - i);
     const bool complete = v == Scan::kComplete;
-    if (IsArgumentsKey(*key)) {
+    // A key written twice counts the first time (what was streamed stays).
+    if (IsArgumentsKey(*key) && o.arguments_complete) {
+      // Read under an earlier key.
+    } else if (IsArgumentsKey(*key)) {
       if (value[0] == '"') {
         // Arguments written as a JSON string: its content, once whole.
         std::optional<std::string> s;
@@ -253,8 +273,8 @@ CallObject ScanCallObject(std::string_view t, size_t p) {
     } else if (complete && (IsNameKey(*key) || IsIdKey(*key))) {
       std::optional<std::string> s = DecodeString(value);
       if (IsNameKey(*key)) {
-        o.name = s;
-      } else {
+        if (!o.name.has_value()) o.name = s;
+      } else if (o.id.empty()) {
         // An id may be a number.
         o.id = s.has_value() ? *s : std::string(value);
       }
@@ -506,13 +526,13 @@ Block DeepSeekBlock(std::string_view t, size_t p) {
     args = SkipWs(t, args);
     size_t args_end;
     const Scan v = ScanValue(t, args, args_end);
-    if (v != Scan::kInvalid)
-      c.arguments = std::string(t.substr(args, args_end - args));
+    // As far as read (kInvalid: up to the fault, as a shorter text was).
+    c.arguments = std::string(t.substr(args, args_end - args));
     b.calls.push_back(std::move(c));
     if (v != Scan::kComplete) {
       if (v == Scan::kInvalid) {
         b.state = Scan::kComplete;
-        b.end = args;
+        b.end = args_end;
       }
       return b;
     }
@@ -545,13 +565,12 @@ Block FunctionaryBlock(std::string_view t, size_t p, bool tagged) {
   const size_t args = SkipWs(t, name_end + 1);
   size_t args_end;
   const Scan v = ScanValue(t, args, args_end);
-  if (v != Scan::kInvalid) {
-    c.arguments = std::string(t.substr(args, args_end - args));
-  }
+  // As far as read (kInvalid: up to the fault, as a shorter text was).
+  c.arguments = std::string(t.substr(args, args_end - args));
   b.calls.push_back(std::move(c));
   if (v == Scan::kIncomplete) return b;
   b.state = Scan::kComplete;
-  b.end = v == Scan::kInvalid ? args : args_end;
+  b.end = args_end;
   if (tagged && v == Scan::kComplete) {
     bool bad = false;
     const size_t e = Expect(t, args_end, "</function>", bad);
@@ -649,15 +668,18 @@ void ParseGeneric(std::string_view t, size_t p, bool partial,
   i = SkipWs(t, i + 1);  // past ':'
   if (key == "response") {
     if (i >= t.size()) return;
-    size_t end;
-    const Scan s = t[i] == '"' ? ScanString(t, i, end) : Scan::kInvalid;
-    if (s == Scan::kComplete) {
-      out.content += DecodeString(t.substr(i, end - i)).value_or("");
-    } else if (s == Scan::kIncomplete) {
-      out.content += DecodePartialString(t, i);
-    } else {
-      out.content += t.substr(p);
+    if (t[i] != '"') {
+      out.content += t.substr(p);  // not a string: the text is the answer
+      return;
     }
+    // Read leniently (control characters kept), and the same way however
+    // much of it is written: up to the closing quote, or all.
+    size_t close = i + 1;
+    while (close < t.size() && t[close] != '"') {
+      close += t[close] == '\\' ? 2 : 1;
+    }
+    out.content +=
+        DecodePartialString(t.substr(0, std::min(close, t.size())), i);
     return;
   }
   Block b;
@@ -999,13 +1021,22 @@ ReplyDelta ReplyStream::Advance(bool partial) {
   };
   grow(sent_.content, now.content, d.content);
   grow(sent_.reasoning, now.reasoning, d.reasoning);
+  // Formats whose calls carry their ids (Mistral's templates want them back
+  // as written, nine letters and digits) give a call once its id is read,
+  // or at the end.
+  const bool ids_written = options_.format.tools == ToolCallFormat::kMistral ||
+                           options_.format.tools == ToolCallFormat::kCommandR;
   for (size_t i = 0; i < now.calls.size(); ++i) {
     ToolCall& c = now.calls[i];
     ReplyDelta::Call call;
     call.index = static_cast<int>(i);
     if (i >= sent_.calls.size()) {
+      if (ids_written && c.id.empty() && partial) break;
       ToolCall added;
-      added.id = c.id.empty() ? NewToolCallId() : c.id;
+      added.id = !c.id.empty() ? c.id
+                 : options_.format.tools == ToolCallFormat::kMistral
+                     ? NewToolCallId().substr(5, 9)
+                     : NewToolCallId();
       added.name = c.name;
       call.id = added.id;
       call.name = added.name;

@@ -418,6 +418,50 @@ TEST(ToolCallsTest, ControlTokensCountOnlyAsMarkers) {
             "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}}]");
 }
 
+// What the reply_parser fuzzer found streaming and whole parses to
+// disagree on: a key written twice counts the first time; arguments cut by
+// a byte JSON forbids stay as far as they were read; a generic response
+// string is read leniently and alike at every length.
+TEST(ToolCallsTest, StreamedAndWholeAgreeOnMalformedCalls) {
+  const ParsedReply twice =
+      ParseEveryWay(Options(ToolCallFormat::kMistral),
+                    "[TOOL_CALLS][{\"name\": \"add\", \"name\": \"sub\", "
+                    "\"arguments\": {\"a\": 1}, \"arguments\": {}}]");
+  ASSERT_EQ(twice.calls.size(), 1);
+  EXPECT_EQ(twice.calls[0].name, "add");
+  EXPECT_EQ(twice.calls[0].arguments, "{\"a\": 1}");
+  const ParsedReply cut =
+      ParseEveryWay(Options(ToolCallFormat::kGeneric),
+                    std::string("{\"tool_calls\": [{\"name\": \"f\", "
+                                "\"arguments\": {\"x\x01\": 1}}]}"));
+  ASSERT_EQ(cut.calls.size(), 1);
+  EXPECT_EQ(cut.calls[0].arguments, "{\"x");
+  EXPECT_EQ(ParseEveryWay(Options(ToolCallFormat::kGeneric),
+                          "{\"response\": \"a\tb\x01c\\u0\"}")
+                .content,
+            "a\tb\x01c");
+}
+
+// Mistral's calls carry ids its template wants back (nine letters and
+// digits): a streamed call waits for its id; one the model did not write
+// gets nine characters too.
+TEST(ToolCallsTest, MistralCallsKeepTheirIds) {
+  ReplyStream stream(Options(ToolCallFormat::kMistral));
+  ReplyDelta d =
+      stream.Push("[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}");
+  EXPECT_TRUE(d.calls.empty());  // not before its id
+  d = stream.Push(
+      ", \"id\": \"abcDEF123\"}, {\"name\": \"g\", "
+      "\"arguments\": {}}]");
+  ASSERT_EQ(d.calls.size(), 1);
+  EXPECT_EQ(d.calls[0].id, "abcDEF123");
+  EXPECT_EQ(d.calls[0].arguments, "{\"a\": 1}");
+  d = stream.Finish();
+  ASSERT_EQ(d.calls.size(), 1);
+  EXPECT_EQ(d.calls[0].index, 1);
+  EXPECT_EQ(d.calls[0].id.size(), 9) << d.calls[0].id;
+}
+
 TEST(ToolCallsTest, IdsAreFreshAndKept) {
   const std::string a = NewToolCallId();
   EXPECT_EQ(a.size(), 29);
