@@ -4,10 +4,10 @@
 //
 // The input's first byte picks the format and options, its second how the
 // rest is cut into streamed pieces. The rest is made valid UTF-8 and cut
-// between characters, as the engine streams text (Utf8StreamDecoder). Promises checked: no crash or hang; the
-// reply streamed piece by piece (ReplyStream) ends equal to the reply
-// parsed whole, so every partial parse extended the one before (deltas
-// never take back what was sent).
+// between characters, as the engine streams text (Utf8StreamDecoder). Promises
+// checked: no crash or hang; the reply streamed piece by piece (ReplyStream)
+// ends equal to the reply parsed whole, so every partial parse extended the one
+// before (deltas never take back what was sent).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
