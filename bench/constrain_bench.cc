@@ -19,7 +19,9 @@
 // measured in the same run); the goal is 5% of a step. Last, the
 // compile time of each real-world schema of SharedDir()/jsonschema (JSON
 // Schema to a grammar and its automaton's start), against the issue's
-// goal of 50 ms for a typical one.
+// goal of 50 ms for a typical one; and what reading a reply's tool calls
+// as it streams costs per token (ReplyStream), for replies of growing
+// length.
 #include <omp.h>
 
 #include <algorithm>
@@ -42,6 +44,7 @@
 #include "core/constrain/json_grammar.h"
 #include "core/constrain/json_schema.h"
 #include "core/constrain/token_trie.h"
+#include "core/constrain/tool_calls.h"
 #include "core/engine/sequence.h"
 #include "core/model/gguf.h"
 #include "core/model/gguf_vocab.h"
@@ -321,6 +324,65 @@ int Main(int argc, char** argv) {
     } else {
       std::printf("%-34s %10.2f %10.2f %10.2f %13.2f%%\n", name.c_str(),
                   p50 * 1e3, p90 * 1e3, mean * 1e3, 100 * mean / floor_s);
+    }
+  }
+  // A reply read into tool calls as it streams (ReplyStream, per token on
+  // the thread that serves the request: the engine's for gRPC): each token
+  // re-reads the reply so far, so the cost grows with the reply.
+  if (!json) {
+    std::printf("\n%-34s %10s %10s %10s %10s %14s\n",
+                "reply parsed per token (hermes)", "mean us", "p90 us",
+                "max us", "last us", "last / floor");
+  }
+  for (int copies : {1, 4, 16}) {
+    std::string reply = "Let me look that up.\n";
+    for (int i = 0; i < copies; ++i) {
+      reply += "<tool_call>\n{\"name\": \"store\", \"arguments\": ";
+      reply += kDocument;
+      reply += "}\n</tool_call>\n";
+    }
+    const std::vector<int32_t> ids = tok.Encode(reply, {.add_bos = false});
+    constrain::ParseOptions options;
+    options.format.tools = constrain::ToolCallFormat::kHermes;
+    options.tools = true;
+    constrain::ReplyStream stream(options);
+    std::vector<double> t;
+    int32_t prev = -1;
+    for (int32_t id : ids) {
+      const std::string piece = tok.DecodeToken(prev, id);
+      prev = id;
+      const auto t0 = std::chrono::steady_clock::now();
+      stream.Push(piece);
+      t.push_back(Seconds(std::chrono::steady_clock::now() - t0));
+    }
+    if (stream.Finish().calls.size() + stream.sent().calls.size() == 0) {
+      return 1;
+    }
+    double sum = 0;
+    for (double x : t) sum += x;
+    const double mean = sum / t.size();
+    double last = 0;
+    const size_t tail = std::min<size_t>(100, t.size());
+    for (size_t i = t.size() - tail; i < t.size(); ++i) last += t[i] / tail;
+    const double p90 = bench::Quantile(t, 0.9);
+    const double max = *std::max_element(t.begin(), t.end());
+    const std::string name = absl::StrFormat(
+        "%zu tokens, %d call%s", ids.size(), copies, copies == 1 ? "" : "s");
+    if (json) {
+      std::printf("%s\n", bench::JsonLine()
+                              .Add("case", "reply parse")
+                              .Add("tokens", static_cast<int64_t>(ids.size()))
+                              .Add("mean_s", mean)
+                              .Add("p90_s", p90)
+                              .Add("max_s", max)
+                              .Add("last_s", last)
+                              .Add("last_over_floor", last / floor_s)
+                              .str()
+                              .c_str());
+    } else {
+      std::printf("%-34s %10.1f %10.1f %10.1f %10.1f %13.3f%%\n", name.c_str(),
+                  mean * 1e6, p90 * 1e6, max * 1e6, last * 1e6,
+                  100 * last / floor_s);
     }
   }
   // Schema compile times.
