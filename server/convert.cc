@@ -186,6 +186,9 @@ absl::StatusOr<std::optional<constrain::ParseOptions>> UseTools(
   if (absl::Status s = constrain::CheckToolChoice(choice, tools); !s.ok()) {
     return s;
   }
+  if (auto* chat = std::get_if<ChatInput>(&params.prompt)) {
+    chat->tool_prompt = choice.mode != constrain::ToolChoice::Mode::kNone;
+  }
   absl::StatusOr<constrain::ToolCallConstraint> c =
       constrain::ToolCallGrammar(format, tools, choice, parallel);
   if (!c.ok()) return c.status();

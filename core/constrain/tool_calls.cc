@@ -807,9 +807,19 @@ ReplyFormat DetectReplyFormat(std::string_view s) {
              (Contains(s, "ipython") || Contains(s, "<|python_tag|>"))) {
     f.tools = ToolCallFormat::kLlama3;
   }
+  f.renders_tools = Contains(s, "tools");
   f.reasoning = Contains(s, "<think>") || Contains(s, "</think>") ||
                 Contains(s, "<|START_THINKING|>");
   return f;
+}
+
+std::string GenericToolPrompt(std::string_view tools_json) {
+  std::string p = "Tools you can call (parameters as JSON Schema):\n";
+  p.append(tools_json.data(), tools_json.size());
+  p += "\nAnswer with JSON only: {\"tool_calls\": [{\"name\": ..., "
+       "\"arguments\": {...}}]} to call tools, else {\"response\": "
+       "\"...\"}.";
+  return p;
 }
 
 bool ReasoningOpenAfter(std::string_view prompt) {

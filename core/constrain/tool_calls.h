@@ -32,7 +32,7 @@ namespace kvserve::constrain {
 enum class ToolCallFormat {
   // {"tool_calls": [{"name", "arguments"}]} or {"response": "..."}: the
   // whole reply is JSON (a template that does not render tools is told so
-  // in a system message, ToolSystemPrompt).
+  // in a system message, GenericToolPrompt).
   kGeneric,
   // Llama 3.x: {"name": ..., "parameters": {...}} as the reply (several
   // separated by ';' or newlines), or after <|python_tag|>, where
@@ -68,12 +68,20 @@ struct ReplyFormat {
   // The generation prompt already opened the block (DeepSeek R1's ends in
   // "<think>\n"): the reply starts inside it.
   bool reasoning_open = false;
+  // The template shows the model `tools`; when not, the tools reach it in
+  // GenericToolPrompt.
+  bool renders_tools = false;
 };
 
 // The format of `template_source`'s tool calls and whether it reasons;
 // reasoning_open is left false (RenderChatPrompt's generation prompt tells,
 // ReasoningOpenAfter).
 ReplyFormat DetectReplyFormat(std::string_view template_source);
+
+// For a template that does not show the model `tools` (tools_json, OpenAI's
+// array): the system text that does, and asks for the generic format's
+// JSON reply.
+std::string GenericToolPrompt(std::string_view tools_json);
 
 // Whether a rendered prompt ends inside an opened reasoning block.
 bool ReasoningOpenAfter(std::string_view prompt);

@@ -184,9 +184,10 @@ void Engine::Enqueue(Submitted submitted) {
 absl::StatusOr<std::vector<int32_t>> Engine::Prepare(
     const PrepTask& task) const {
   const GenerateParams& p = task.call->params();
-  if (std::holds_alternative<ChatInput>(p.prompt)) {
-    absl::StatusOr<ChatPrompt> prompt =
-        RenderChatPrompt(*chat_template_, *tokenizer_, task.render);
+  if (const auto* chat = std::get_if<ChatInput>(&p.prompt)) {
+    absl::StatusOr<ChatPrompt> prompt = RenderChatPrompt(
+        *chat_template_, *tokenizer_,
+        chat->tool_prompt ? WithToolPrompt(task.render) : task.render);
     if (!prompt.ok()) return prompt.status();
     return std::move(prompt->token_ids);
   }

@@ -141,6 +141,11 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   // How the chat template's replies carry tool calls and reasoning.
   const constrain::ReplyFormat& reply_format() const { return reply_format_; }
+  // `input` as rendered: with tools that the template does not show the
+  // model, they are shown in a system message (constrain::
+  // GenericToolPrompt; the first user message's start for a template that
+  // refuses system messages). Thread-safe.
+  ChatTemplateInput WithToolPrompt(ChatTemplateInput input) const;
 
  private:
   Engine(const EngineOptions& options, const ModelWeights* weights,
@@ -255,6 +260,7 @@ class Engine {
   std::unique_ptr<ChatTemplate> chatml_;  // when options_ has no template
   const ChatTemplate* chat_template_ = nullptr;
   constrain::ReplyFormat reply_format_;
+  bool template_takes_system_ = true;  // renders a system message
   // Constrained decoding's vocabulary (built once) and grammars in use.
   std::unique_ptr<constrain::MatcherCache> matchers_;
 

@@ -26,6 +26,17 @@ constrain::ReplyFormat ReplyFormatOf(const ChatTemplate& chat_template) {
   return f;
 }
 
+// Whether the template renders a system message (Gemma 2's raises an
+// error for one).
+bool TakesSystemMessages(const ChatTemplate& chat_template) {
+  constexpr char kMark[] = "kvserve-probe-3f9a";
+  ChatTemplateInput probe;
+  probe.messages.push_back({.role = "system", .content = kMark});
+  probe.messages.push_back({.role = "user", .content = "Hi"});
+  absl::StatusOr<std::string> prompt = chat_template.Render(probe);
+  return prompt.ok() && prompt->find(kMark) != std::string::npos;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -114,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     e->chat_template_ = e->chatml_.get();
   }
   e->reply_format_ = ReplyFormatOf(*e->chat_template_);
+  e->template_takes_system_ = TakesSystemMessages(*e->chat_template_);
   e->matchers_ = std::make_unique<constrain::MatcherCache>(
       std::make_shared<const constrain::ConstraintVocabulary>(*tokenizer));
   e->scheduler_ = std::make_unique<Scheduler>(

@@ -1,6 +1,7 @@
 // What the engine admits: request parameters, the queue's and the
 // prompt's limits, and the chat rendering the front ends ask for under the
 // same limit. Kept apart from the loop (engine.cc).
+#include <algorithm>
 #include <memory>
 #include <string_view>
 #include <variant>
@@ -116,7 +117,24 @@ absl::Status Engine::CheckChatBytes(const std::vector<ChatMessage>& messages,
 absl::StatusOr<ChatPrompt> Engine::ApplyChatTemplate(
     const ChatTemplateInput& input) const {
   KVSERVE_RETURN_IF_ERROR(CheckChatBytes(input.messages, input.tools_json));
-  return RenderChatPrompt(*chat_template_, *tokenizer_, input);
+  return RenderChatPrompt(*chat_template_, *tokenizer_, WithToolPrompt(input));
+}
+
+ChatTemplateInput Engine::WithToolPrompt(ChatTemplateInput input) const {
+  if (reply_format_.renders_tools || input.tools_json.empty()) return input;
+  const std::string prompt = constrain::GenericToolPrompt(input.tools_json);
+  std::vector<ChatMessage>& m = input.messages;
+  if (!m.empty() && m[0].role == "system" && template_takes_system_) {
+    m[0].content = prompt + "\n\n" + m[0].content;
+  } else if (template_takes_system_) {
+    m.insert(m.begin(), ChatMessage{.role = "system", .content = prompt});
+  } else {
+    auto user = std::find_if(m.begin(), m.end(), [](const ChatMessage& c) {
+      return c.role == "user";
+    });
+    if (user != m.end()) user->content = prompt + "\n\n" + user->content;
+  }
+  return input;
 }
 
 std::shared_ptr<void> Engine::TakeQueuePlaceLocked() {

@@ -32,6 +32,10 @@ struct ChatInput {
   // for this turn's rendering; not kept with the session, so a client sends
   // them with every turn, as OpenAI's API has it.
   std::string tools_json{};
+  // A template that does not render tools is shown them in a system
+  // message (constrain::GenericToolPrompt); false when the model is not to
+  // call them (tool_choice "none").
+  bool tool_prompt = true;
 };
 
 // Text (tokenized by the engine), token ids, or chat messages. Empty text =

@@ -348,6 +348,20 @@ TEST(ChatTemplateFlagTest, ServesTheTemplateOfTheFileAndItsErrors) {
   EXPECT_EQ(response->text(),
             "<s><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
 
+  // Tools Gemma's template does not show: in the first user message, as it
+  // takes no system message.
+  request.set_tools_json(R"([{"function": {"name": "ping"}}])");
+  response = (*client)->ApplyChatTemplate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_TRUE(absl::StartsWith(response->text(),
+                               "<s><start_of_turn>user\nTools you can call "
+                               "(parameters as JSON Schema):\n"))
+      << response->text();
+  EXPECT_TRUE(absl::EndsWith(response->text(),
+                             "\n\nHi<end_of_turn>\n<start_of_turn>model\n"))
+      << response->text();
+  request.clear_tools_json();
+
   // Gemma 2's template refuses a system message; its words come back.
   request.mutable_messages(0)->set_role("system");
   response = (*client)->ApplyChatTemplate(request);

@@ -528,7 +528,7 @@ await check('chat.tool_calls.streaming', async () => {
 await check('chat.run_tools', async () => {
   const called = [];
   const runner = client.chat.completions.runTools({
-    model, messages: kWeather, max_tokens: 400, temperature: 1.0, seed: 4,
+    model, messages: kWeather, max_tokens: 1000, temperature: 1.0, seed: 4,
     tool_choice: { type: 'function', function: { name: 'get_weather' } },
     tools: [{
       type: 'function',
