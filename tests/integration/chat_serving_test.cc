@@ -320,16 +320,22 @@ TEST_F(ChatServingTest, KvctlRefusesADeeplyNestedToolsFile) {
       << deep.err;
 }
 
+// The test server with --chat_template=path.
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartWithTemplate(
+    const std::string& path) {
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--chat_template=" + path);
+  return ServerProcess::Start(flags);
+}
+
 TEST(ChatTemplateFlagTest, ServesTheTemplateOfTheFileAndItsErrors) {
   const std::string path =
       SharedDir() + "/templates/google-gemma-2-2b-it.jinja";
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " is missing (../shared/templates)";
   }
-  std::vector<std::string> flags = TestServerFlags();
-  flags.push_back("--chat_template=" + path);
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(flags);
+      StartWithTemplate(path);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(absl::StrContains((*server)->stderr_text(),
                                 "chat template from " + path));
@@ -385,10 +391,8 @@ TEST(ChatTemplateFlagTest, AReasoningTemplatesThinkingIsReturnedApart) {
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " is missing (../shared/templates)";
   }
-  std::vector<std::string> flags = TestServerFlags();
-  flags.push_back("--chat_template=" + path);
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(flags);
+      StartWithTemplate(path);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(absl::StrContains((*server)->stderr_text(),
                                 "tool calls read as deepseek_r1; replies open "
