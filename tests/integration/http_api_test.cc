@@ -1432,3 +1432,60 @@ TEST(HttpApiTlsTest, ServesHttpsWithTheGrpcCertificate) {
 
 }  // namespace
 }  // namespace kvserve::testing
+
+namespace kvserve::testing {
+namespace {
+
+// Issue 39 item 3 over HTTP: with DeepSeek R1's template (whose prompt
+// opens the reasoning) the reply's thinking is message.reasoning_content,
+// streamed as delta.reasoning_content, the content empty; with
+// reasoning_format "none" it is the content.
+TEST(HttpReasoningTest, ThinkingIsReasoningContentStreamedOrNot) {
+  const std::string path =
+      SharedDir() + "/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " is missing (../shared/templates)";
+  }
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--http_listen=127.0.0.1:0");
+  flags.push_back("--chat_template=" + path);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->http_port();
+  Json body = ChatBody("Why?", 12);
+  const HttpReply plain = Post(port, "/v1/chat/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const Json& message = plain.json["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "") << plain.body;
+  const std::string reasoning = message["reasoning_content"];
+  EXPECT_FALSE(reasoning.empty()) << plain.body;
+
+  body["stream"] = true;
+  const HttpReply streamed = Post(port, "/v1/chat/completions", body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string streamed_reasoning, streamed_content;
+  for (const std::string& d : SseData(streamed.body)) {
+    if (d == "[DONE]") continue;
+    const Json chunk = Json::parse(d);
+    for (const Json& c : chunk["choices"]) {
+      streamed_reasoning += c["delta"].value("reasoning_content", "");
+      streamed_content += c["delta"].value("content", "");
+    }
+  }
+  EXPECT_EQ(streamed_reasoning, reasoning);
+  EXPECT_EQ(streamed_content, "");
+
+  body["stream"] = false;
+  body["reasoning_format"] = "none";
+  const HttpReply inline_reply = Post(port, "/v1/chat/completions", body);
+  ASSERT_EQ(inline_reply.status, 200) << inline_reply.body;
+  const Json& inline_message = inline_reply.json["choices"][0]["message"];
+  EXPECT_FALSE(inline_message.contains("reasoning_content"));
+  EXPECT_NE(inline_message["content"].get<std::string>().find(reasoning),
+            std::string::npos)
+      << inline_reply.body;
+}
+
+}  // namespace
+}  // namespace kvserve::testing
