@@ -255,12 +255,13 @@ absl::StatusOr<std::optional<constrain::ParseOptions>> ToolsFromProto(
   }
   const bool parallel =
       !request.has_parallel_tool_calls() || request.parallel_tool_calls();
-  std::optional<constrain::ParseOptions> parse;
-  for (GenerateParams& p : choices) {
-    absl::StatusOr<std::optional<constrain::ParseOptions>> o = UseTools(
-        format, tools, choice, parallel, request.reasoning_inline(), p);
-    if (!o.ok()) return o.status();
-    parse = *o;
+  // The grammar is compiled once: the other choices are choice 0 with
+  // their own seeds (ChoiceParams), as ChoicesFromProto made them.
+  absl::StatusOr<std::optional<constrain::ParseOptions>> parse = UseTools(
+      format, tools, choice, parallel, request.reasoning_inline(), choices[0]);
+  if (!parse.ok()) return parse.status();
+  for (size_t i = 1; i < choices.size(); ++i) {
+    choices[i] = ChoiceParams(choices[0], static_cast<int>(i));
   }
   return parse;
 }

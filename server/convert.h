@@ -61,7 +61,9 @@ absl::StatusOr<std::optional<constrain::ParseOptions>> UseTools(
 
 // The tools of a gRPC Generate (prompt.messages.tools_json, tool_choice,
 // parallel_tool_calls, reasoning_inline) put to use on every choice
-// (UseTools). INVALID_ARGUMENT naming the field for bad tools.
+// (UseTools). INVALID_ARGUMENT naming the field for bad tools. REQUIRES:
+// `choices` as ChoicesFromProto made them (choice i is ChoiceParams(choice
+// 0, i)).
 absl::StatusOr<std::optional<constrain::ParseOptions>> ToolsFromProto(
     const v1::GenerateRequest& request, const constrain::ReplyFormat& format,
     std::vector<GenerateParams>& choices);

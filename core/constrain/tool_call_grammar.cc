@@ -1,11 +1,14 @@
 #include "core/constrain/tool_call_grammar.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/constrain/gbnf_builder.h"
 #include "core/constrain/json_grammar.h"
 #include "core/constrain/json_schema.h"
@@ -150,14 +153,31 @@ absl::StatusOr<ToolCallConstraint> ToolCallGrammar(
   if (choice.mode == Mode::kNone || tools.empty()) return out;
   const bool lazy = choice.mode == Mode::kAuto && f != ToolCallFormat::kGeneric;
   if (lazy) out.triggers = Openers(f);
+  // One schema's limits bound all of them together: a request's tools
+  // cost what one schema may.
+  const JsonSchemaLimits whole;
+  const absl::Time deadline = absl::Now() + whole.max_time;
   std::string rules;
   std::vector<std::string> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ToolSpec& t = tools[i];
     if (choice.mode == Mode::kFunction && t.name != choice.function) continue;
     const std::string prefix = absl::StrCat("tool", i, "-");
+    JsonSchemaLimits limits = whole;
+    limits.max_time = deadline - absl::Now();
+    limits.max_grammar_bytes =
+        whole.max_grammar_bytes - static_cast<int64_t>(rules.size());
+    if (limits.max_time <= absl::ZeroDuration() ||
+        limits.max_grammar_bytes <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "`tools` cannot be honoured: their parameters compile to more than "
+          "a schema may (",
+          absl::FormatDuration(whole.max_time), ", ", whole.max_grammar_bytes,
+          " bytes of grammar), at `tools[", i, "]`"));
+    }
     absl::StatusOr<std::string> args = JsonSchemaRules(
-        t.parameters_json.empty() ? kNoParameters : t.parameters_json, prefix);
+        t.parameters_json.empty() ? kNoParameters : t.parameters_json, prefix,
+        limits);
     if (!args.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("`tools[", i,
@@ -186,9 +206,10 @@ absl::StatusOr<ToolCallConstraint> ToolCallGrammar(
   const std::string_view json = JsonGbnfRules();
   text.append(json.data(), json.size());
   GrammarLimits limits;
-  limits.max_text_bytes = int64_t{8} << 20;
+  limits.max_text_bytes = whole.max_grammar_bytes + (int64_t{64} << 10);
   limits.max_elements = int64_t{4} << 20;
-  limits.max_repetition = 10000;
+  limits.max_repetition = std::max(whole.max_count, 1000);
+  limits.max_time = std::max(deadline - absl::Now(), absl::Milliseconds(100));
   absl::StatusOr<std::shared_ptr<const Grammar>> grammar =
       CompileGbnf(text, limits);
   if (!grammar.ok()) {

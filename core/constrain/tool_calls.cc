@@ -27,14 +27,7 @@ size_t SkipWs(std::string_view t, size_t p) {
   return p;
 }
 
-// Debian's Abseil takes absl::string_view, not std::string_view.
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.substr(s.size() - suffix.size()) == suffix;
-}
+// (Debian's Abseil takes absl::string_view, not std::string_view.)
 bool Contains(std::string_view s, std::string_view part) {
   return s.find(part) != npos;
 }
@@ -244,13 +237,11 @@ CallObject ScanCallObject(std::string_view t, size_t p) {
     size_t value_end;
     const Scan v = ScanValue(t, i, value_end);
     if (v == Scan::kInvalid) {
-      // Arguments stay as far as they were read while the text was shorter.
-      if (o.arguments_complete) {
-        // Read under an earlier key.
-      } else if (IsArgumentsKey(*key) && t[i] != '"') {
-        o.arguments = std::string(t.substr(i, value_end - i));
-      } else if (IsArgumentsKey(*key)) {
-        o.arguments = "";
+      // Arguments stay as far as they were read while the text was shorter
+      // (a string's content only once whole).
+      if (IsArgumentsKey(*key) && !o.arguments_complete) {
+        o.arguments =
+            t[i] == '"' ? "" : std::string(t.substr(i, value_end - i));
       }
       o.state = Scan::kInvalid;
       return o;
@@ -302,6 +293,8 @@ struct Block {
   Scan state = Scan::kIncomplete;
   size_t end = 0;  // where the reply goes on (kComplete)
   std::vector<ToolCall> calls;
+  // An object whose first key says it is no call ({"answer": ...}).
+  bool not_a_call_object = false;
 };
 
 // Adds `o` to the block when it is a call (its name is known).
@@ -323,9 +316,23 @@ bool AddCall(const CallObject& o, Block& b) {
 size_t Expect(std::string_view t, size_t p, std::string_view word, bool& bad) {
   p = SkipWs(t, p);
   const std::string_view rest = t.substr(std::min(p, t.size()));
-  if (StartsWith(rest, word)) return p + word.size();
-  if (!StartsWith(word, rest)) bad = true;
+  if (rest.starts_with(word)) return p + word.size();
+  if (!word.starts_with(rest)) bad = true;
   return npos;
+}
+
+// A complete block is followed by `closer` (none when empty): past it, or
+// incomplete while the text ends on a prefix of it (anything else there
+// is text after the block).
+void ReadCloser(std::string_view t, std::string_view closer, Block& b) {
+  if (closer.empty()) return;
+  bool bad = false;
+  const size_t e = Expect(t, b.end, closer, bad);
+  if (e != npos) {
+    b.end = e;
+  } else if (!bad) {
+    b.state = Scan::kIncomplete;
+  }
 }
 
 // One object: a call, then `closer` (may be empty).
@@ -334,6 +341,7 @@ Block ObjectBlock(std::string_view t, size_t p, std::string_view closer) {
   p = SkipWs(t, p);
   const CallObject o = ScanCallObject(t, p);
   const bool is_call = AddCall(o, b);
+  b.not_a_call_object = o.first_key_read && !o.first_key_is_call;
   if (o.state != Scan::kComplete) {
     b.state = o.state == Scan::kInvalid && !is_call ? Scan::kInvalid
                                                     : Scan::kIncomplete;
@@ -349,15 +357,7 @@ Block ObjectBlock(std::string_view t, size_t p, std::string_view closer) {
   }
   b.end = o.end;
   b.state = Scan::kComplete;
-  if (!closer.empty()) {
-    bool bad = false;
-    const size_t e = Expect(t, o.end, closer, bad);
-    if (e != npos) {
-      b.end = e;
-    } else if (!bad) {
-      b.state = Scan::kIncomplete;  // the closer may be coming
-    }
-  }
+  ReadCloser(t, closer, b);
   return b;
 }
 
@@ -398,15 +398,7 @@ Block ArrayBlock(std::string_view t, size_t p, std::string_view closer) {
   }
   b.end = i + 1;
   b.state = Scan::kComplete;
-  if (!closer.empty()) {
-    bool bad = false;
-    const size_t e = Expect(t, b.end, closer, bad);
-    if (e != npos) {
-      b.end = e;
-    } else if (!bad) {
-      b.state = Scan::kIncomplete;
-    }
-  }
+  ReadCloser(t, closer, b);
   return b;
 }
 
@@ -430,7 +422,7 @@ Block PythonTagBlock(std::string_view t, size_t p, bool partial) {
   constexpr std::string_view kCall = ".call(";
   const std::string_view after = t.substr(i);
   Block b;
-  if (i > p && StartsWith(after, kCall)) {
+  if (i > p && after.starts_with(kCall)) {
     ToolCall c;
     c.name = std::string(t.substr(p, i - p));
     const size_t close = t.find(')', i + kCall.size());
@@ -462,7 +454,7 @@ Block PythonTagBlock(std::string_view t, size_t p, bool partial) {
     b.end = close + 1;
     return b;
   }
-  if (partial && StartsWith(kCall, after)) return b;  // NAME.call( may come
+  if (partial && kCall.starts_with(after)) return b;  // NAME.call( may come
   // Code, to the end of the reply.
   ToolCall c;
   c.name = "python";
@@ -571,15 +563,7 @@ Block FunctionaryBlock(std::string_view t, size_t p, bool tagged) {
   if (v == Scan::kIncomplete) return b;
   b.state = Scan::kComplete;
   b.end = args_end;
-  if (tagged && v == Scan::kComplete) {
-    bool bad = false;
-    const size_t e = Expect(t, args_end, "</function>", bad);
-    if (e != npos) {
-      b.end = e;
-    } else if (!bad) {
-      b.state = Scan::kIncomplete;
-    }
-  }
+  if (tagged && v == Scan::kComplete) ReadCloser(t, "</function>", b);
   return b;
 }
 
@@ -618,8 +602,7 @@ Block ReadBlock(ToolCallFormat f, const Opener& opener, std::string_view t,
       if (opener.part_of_call) {
         Block b = ObjectBlock(t, p, "");
         // Not a call's object (its first key says so): text.
-        const CallObject o = ScanCallObject(t, SkipWs(t, p));
-        if (o.first_key_read && !o.first_key_is_call) b.state = Scan::kInvalid;
+        if (b.not_a_call_object) b.state = Scan::kInvalid;
         return b;
       }
       return PythonTagBlock(t, p, partial);
@@ -707,9 +690,8 @@ void AddContent(std::string_view s, bool call_follows, bool partial,
   out.content += s;
 }
 
-void ParseCalls(const ParseOptions& options, std::string_view t, size_t p,
-                bool partial, ParsedReply& out) {
-  const ToolCallFormat f = options.format.tools;
+void ParseCalls(ToolCallFormat f, std::string_view t, size_t p, bool partial,
+                ParsedReply& out) {
   if (f == ToolCallFormat::kGeneric) return ParseGeneric(t, p, partial, out);
   const std::vector<Opener> openers = Openers(f);
   bool after_call = false;
@@ -723,7 +705,7 @@ void ParseCalls(const ParseOptions& options, std::string_view t, size_t p,
       if (o.at_start) {
         q = SkipWs(t, p);
         if (after_call && q < t.size() && t[q] == ';') q = SkipWs(t, q + 1);
-        if (!at_start || !StartsWith(t.substr(q), o.text)) q = npos;
+        if (!at_start || !t.substr(q).starts_with(o.text)) q = npos;
       } else {
         q = t.find(o.text, p);
       }
@@ -758,10 +740,7 @@ void ParseCalls(const ParseOptions& options, std::string_view t, size_t p,
     }
     AddContent(t.substr(p, at - p), !b.calls.empty() || partial, partial,
                after_call, out);
-    for (ToolCall& c : b.calls) {
-      if (options.single_call && !out.calls.empty()) break;
-      out.calls.push_back(std::move(c));
-    }
+    for (ToolCall& c : b.calls) out.calls.push_back(std::move(c));
     if (b.state != Scan::kComplete) return;  // the reply's end
     p = b.end;
     after_call = true;
@@ -824,7 +803,7 @@ std::string GenericToolPrompt(std::string_view tools_json) {
 
 bool ReasoningOpenAfter(std::string_view prompt) {
   prompt = StripTrailing(prompt);
-  return EndsWith(prompt, "<think>") || EndsWith(prompt, "<|START_THINKING|>");
+  return prompt.ends_with("<think>") || prompt.ends_with("<|START_THINKING|>");
 }
 
 ParsedReply ParseReply(const ParseOptions& options, std::string_view t,
@@ -841,9 +820,9 @@ ParsedReply ParseReply(const ParseOptions& options, std::string_view t,
     } else {
       const size_t q = SkipWs(t, 0);
       const std::string_view rest = t.substr(q);
-      if (StartsWith(rest, open)) {
+      if (rest.starts_with(open)) {
         body = q + open.size();
-      } else if (partial && StartsWith(open, rest)) {
+      } else if (partial && open.starts_with(rest)) {
         return out;  // may still open the block
       }
     }
@@ -875,7 +854,8 @@ ParsedReply ParseReply(const ParseOptions& options, std::string_view t,
     out.content += t.substr(p);
     return out;
   }
-  ParseCalls(options, t, p, partial, out);
+  ParseCalls(options.format.tools, t, p, partial, out);
+  if (options.single_call && out.calls.size() > 1) out.calls.resize(1);
   return out;
 }
 
@@ -906,6 +886,10 @@ absl::StatusOr<std::vector<ToolSpec>> ParseTools(std::string_view tools_json) {
       nlohmann::ordered_json::parse(tools_json, depth.callback(), false);
   if (depth.exceeded()) return depth.Error("`tools`");
   if (!tools.is_array()) return ToolError("tools", "must be an array");
+  if (tools.size() > static_cast<size_t>(kMaxTools)) {
+    return ToolError("tools", absl::StrCat("holds ", tools.size(),
+                                           " functions, at most ", kMaxTools));
+  }
   std::vector<ToolSpec> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = absl::StrCat("tools[", i, "]");
@@ -979,6 +963,8 @@ std::string NewToolCallId() {
 }
 
 ReplyDelta ReplyStream::Push(std::string_view piece) {
+  // Nothing new to read (a control token, a character not complete yet).
+  if (piece.empty()) return ReplyDelta();
   text_ += piece;
   return Advance(/*partial=*/true);
 }
@@ -1024,7 +1010,7 @@ ReplyDelta ReplyStream::Advance(bool partial) {
   ReplyDelta d;
   // What grew; a part that would shrink (no parse does) is left as sent.
   auto grow = [](std::string& sent, const std::string& now, std::string& out) {
-    if (now.size() > sent.size() && StartsWith(now, sent)) {
+    if (now.size() > sent.size() && now.starts_with(sent)) {
       out = now.substr(sent.size());
       sent = now;
     }

@@ -99,8 +99,12 @@ struct ToolChoice {
   std::string function;  // kFunction: the one to call
 };
 
+// OpenAI's limit on the functions one request offers.
+inline constexpr int kMaxTools = 128;
+
 // OpenAI's `tools` array as JSON text: [{"type": "function", "function":
-// {"name", "description", "parameters"}}], names of 1 to 64 letters,
+// {"name", "description", "parameters"}}], at most kMaxTools, names of 1 to
+// 64 letters,
 // digits, '_' or '-' (they reach templates and grammars as written),
 // unique. INVALID_ARGUMENT naming the field ("`tools[1].function.name`").
 absl::StatusOr<std::vector<ToolSpec>> ParseTools(std::string_view tools_json);

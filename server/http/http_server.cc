@@ -662,10 +662,9 @@ class HttpServer::Handlers {
             deltas.push_back({{"content", result->text}});
           }
         } else {
-          for (const constrain::ReplyDelta& d :
-               {reply->Push(result->text), reply->Finish()}) {
-            if (!d.empty()) deltas.push_back(ReplyDeltaJson(d));
-          }
+          constrain::ReplyDelta end = reply->Push(result->text);
+          end.Append(reply->Finish());
+          if (!end.empty()) deltas.push_back(ReplyDeltaJson(end));
         }
         for (const Json& delta : deltas) {
           out += SseEvent(ChunkJson(g.meta, event->index, delta, std::nullopt,

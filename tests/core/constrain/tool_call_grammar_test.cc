@@ -225,5 +225,32 @@ TEST(ToolCallGrammarTest, ParametersThatCannotBeHonouredAreRefusedByTool) {
   EXPECT_THAT(g.status().message(), HasSubstr("multipleOf"));
 }
 
+// A request's tools together are bounded as one schema is: each under the
+// limits, a hundred of them past them are refused naming where.
+TEST(ToolCallGrammarTest, TheToolsTogetherAreBoundedAsOneSchema) {
+  std::string values;
+  for (int i = 0; i < 1000; ++i) {
+    absl::StrAppend(&values, i == 0 ? "" : ",", "\"", std::string(90, 'a'), i,
+                    "\"");
+  }
+  const std::string big = absl::StrCat(
+      R"({"type": "object", "properties": {"v": {"enum": [)", values, "]}}}");
+  std::vector<ToolSpec> tools;
+  for (int i = 0; i < 100; ++i) tools.push_back({absl::StrCat("f", i), big});
+  ToolChoice required;
+  required.mode = Mode::kRequired;
+  // One alone compiles.
+  EXPECT_TRUE(ToolCallGrammar(Format(ToolCallFormat::kHermes), {tools[0]},
+                              required, true)
+                  .ok());
+  absl::StatusOr<ToolCallConstraint> g =
+      ToolCallGrammar(Format(ToolCallFormat::kHermes), tools, required, true);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  // Named by the tool where the budget ran out.
+  EXPECT_THAT(g.status().message(), HasSubstr("`tools["));
+  EXPECT_THAT(g.status().message(), HasSubstr("more than"));
+}
+
 }  // namespace
 }  // namespace kvserve::constrain

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -385,6 +386,15 @@ TEST(ToolCallsTest, ToolsAreCheckedAndKeepTheirParametersInOrder) {
     EXPECT_THAT(std::string(t.status().message()),
                 ::testing::HasSubstr(b.message));
   }
+  std::string many = "[";
+  for (int i = 0; i <= kMaxTools; ++i) {
+    absl::StrAppend(&many, i == 0 ? "" : ",", R"({"function": {"name": "f)", i,
+                    R"("}})");
+  }
+  absl::StatusOr<std::vector<ToolSpec>> too_many = ParseTools(many + "]");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_THAT(std::string(too_many.status().message()),
+              ::testing::HasSubstr("holds 129 functions, at most 128"));
   ToolChoice required;
   required.mode = ToolChoice::Mode::kRequired;
   EXPECT_FALSE(CheckToolChoice(required, {}).ok());
@@ -462,7 +472,7 @@ TEST(ToolCallsTest, MistralCallsKeepTheirIds) {
   EXPECT_EQ(d.calls[0].id.size(), 9) << d.calls[0].id;
 }
 
-TEST(ToolCallsTest, IdsAreFreshAndKept) {
+TEST(ToolCallsTest, IdsAreFresh) {
   const std::string a = NewToolCallId();
   EXPECT_EQ(a.size(), 29);
   EXPECT_EQ(a.substr(0, 5), "call_");
