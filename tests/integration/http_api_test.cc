@@ -100,6 +100,15 @@ Json ChatBody(const std::string& content, int max_tokens) {
           {"ignore_eos", true}};
 }
 
+// A test server of its own, with HTTP and --chat_template=path.
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartHttpWithTemplate(
+    const std::string& path) {
+  std::vector<std::string> flags = TestServerFlags();
+  flags.push_back("--http_listen=127.0.0.1:0");
+  flags.push_back("--chat_template=" + path);
+  return ServerProcess::Start(flags);
+}
+
 class HttpApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -1291,11 +1300,8 @@ TEST(HttpApiTemplateTest, RaiseExceptionAndTools) {
       "{% endif %}"
       "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
       "{% if add_generation_prompt %}[assistant] {% endif %}"));
-  std::vector<std::string> flags = TestServerFlags();
-  flags.push_back("--http_listen=127.0.0.1:0");
-  flags.push_back("--chat_template=" + file);
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(flags);
+      StartHttpWithTemplate(file);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->http_port();
   ASSERT_GT(port, 0);
@@ -1446,11 +1452,8 @@ TEST(HttpReasoningTest, ThinkingIsReasoningContentStreamedOrNot) {
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " is missing (../shared/templates)";
   }
-  std::vector<std::string> flags = TestServerFlags();
-  flags.push_back("--http_listen=127.0.0.1:0");
-  flags.push_back("--chat_template=" + path);
   absl::StatusOr<std::unique_ptr<ServerProcess>> server =
-      ServerProcess::Start(flags);
+      StartHttpWithTemplate(path);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->http_port();
   Json body = ChatBody("Why?", 12);
