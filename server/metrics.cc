@@ -164,7 +164,14 @@ Metrics::Metrics()
                       .Name("kvserve_build_info")
                       .Help("Always 1; the labels say what runs: version, "
                             "git commit and the ISA level the kernels use.")
-                      .Register(*registry_)) {
+                      .Register(*registry_)),
+      kv_bytes_per_token_(
+          BuildGauge()
+              .Name("kvserve_kv_cache_bytes_per_token")
+              .Help("Bytes of K and V of one token over all layers, in the "
+                    "KV cache's element type (the dtype label: f32, bf16, "
+                    "q8_0 or q4_0).")
+              .Register(*registry_)) {
   for (const char* reason : {"ttl", "memory", "deleted"}) {
     evictions_.Add({{"reason", reason}});
   }
@@ -194,6 +201,12 @@ void Metrics::RequestFinished() {
   requests_in_flight_.Decrement();
 }
 void Metrics::SetWeightBytes(int64_t bytes) { weight_bytes_.Set(bytes); }
+
+void Metrics::SetKvCacheFormat(std::string_view dtype,
+                               int64_t bytes_per_token) {
+  kv_bytes_per_token_.Add({{"dtype", std::string(dtype)}})
+      .Set(static_cast<double>(bytes_per_token));
+}
 
 void Metrics::SetBuildInfo(std::string_view version, std::string_view commit,
                            std::string_view isa) {

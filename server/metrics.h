@@ -34,6 +34,9 @@ class Metrics : public EngineObserver {
   void RequestFinished();
   int64_t in_flight() const { return in_flight_.load(); }
   void SetWeightBytes(int64_t bytes);
+  // kvserve_kv_cache_bytes_per_token{dtype} = K and V of one token, all
+  // layers. Call once, at start.
+  void SetKvCacheFormat(std::string_view dtype, int64_t bytes_per_token);
   // kvserve_build_info{version,commit,isa} = 1. Call once, at start.
   void SetBuildInfo(std::string_view version, std::string_view commit,
                     std::string_view isa);
@@ -84,6 +87,7 @@ class Metrics : public EngineObserver {
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Gauge& weight_bytes_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Gauge>& kv_bytes_per_token_;
   std::atomic<int64_t> in_flight_{0};
   // The cumulative EngineStats counts of the last OnStats, whose increase
   // the prefix cache counters add.

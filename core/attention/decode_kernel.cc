@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/kv/kv_rows.h"
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
 
@@ -31,23 +32,17 @@ int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens) {
 
 namespace {
 
-// Portable kernel: any head_dim, any CPU.
-template <typename T>
-float LoadScalar(const T* p, int64_t i) {
-  if constexpr (sizeof(T) == 4) {
-    return p[i];
-  } else {
-    return Bf16ToFloat(p[i]);
-  }
-}
-
-template <typename T>
+// Portable kernel: any head_dim, any CPU. Each row is read into floats
+// (LoadKvRow) before use.
+template <DType kT>
 void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   const int head_dim = a.head_dim;
   const int bt = a.block_tokens;
-  float* s = a.scratch;  // [kv_mul][bt]
-  const T* k_base = static_cast<const T*>(a.k_base);
-  const T* v_base = static_cast<const T*>(a.v_base);
+  const int64_t row_bytes = DTypeRowBytes(kT, head_dim);
+  float* s = a.scratch;                     // [kv_mul][bt]
+  float* row = s + int64_t{a.kv_mul} * bt;  // [head_dim]
+  const char* k_base = static_cast<const char*>(a.k_base);
+  const char* v_base = static_cast<const char*>(a.v_base);
   for (int h = 0; h < a.kv_mul; ++h) {
     st.m[h] = -INFINITY;
     st.l[h] = 0.0f;
@@ -56,19 +51,17 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
-    const T* k =
-        k_base + a.blocks[i] * a.block_stride + int64_t{skip} * head_dim;
-    const T* v =
-        v_base + a.blocks[i] * a.block_stride + int64_t{skip} * head_dim;
+    const int64_t at = a.blocks[i] * a.block_stride + skip * row_bytes;
+    const char* k = k_base + at;
+    const char* v = v_base + at;
     for (int h = 0; h < a.kv_mul; ++h) {
       const float* q = a.q + h * head_dim;
       float* sh = s + h * bt;
       float m_new = st.m[h];
       for (int t = 0; t < n; ++t) {
+        LoadKvRow(kT, k + t * row_bytes, head_dim, row);
         float dot = 0.0f;
-        for (int d = 0; d < head_dim; ++d) {
-          dot += q[d] * LoadScalar(k, int64_t{t} * head_dim + d);
-        }
+        for (int d = 0; d < head_dim; ++d) dot += q[d] * row[d];
         sh[t] = dot;
         m_new = std::max(m_new, dot);
       }
@@ -79,9 +72,8 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
       for (int t = 0; t < n; ++t) {
         const float p = Exp2(sh[t] - m_new);
         l += p;
-        for (int d = 0; d < head_dim; ++d) {
-          acc[d] += p * LoadScalar(v, int64_t{t} * head_dim + d);
-        }
+        LoadKvRow(kT, v + t * row_bytes, head_dim, row);
+        for (int d = 0; d < head_dim; ++d) acc[d] += p * row[d];
       }
       st.l[h] = l;
       st.m[h] = m_new;
@@ -89,10 +81,20 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   }
 }
 
+// A q8_0 / q4_0 block's scale (F16C; every CPU with AVX2 has it).
+#pragma GCC push_options
+#pragma GCC target("f16c")
+inline float BlockScale(const char* block) {
+  uint16_t d;
+  std::memcpy(&d, block, sizeof(d));
+  return _cvtsh_ss(d);
+}
+#pragma GCC pop_options
+
 }  // namespace
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 namespace avx2 {
 
 using V = __m256;
@@ -104,6 +106,20 @@ inline void Store(float* p, V x) { _mm256_storeu_ps(p, x); }
 inline V LoadBf16(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+// kW int8 → f32.
+inline V LoadQ8(const char* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+// Elements [c, c + kW) of a q4_0 block's 32 as q − 8, from its qs (element
+// j < 16 the low nibble of qs[j], j + 16 the high one).
+inline V LoadQ4(const char* qs, int c) {
+  __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + c % 16));
+  if (c >= 16) x = _mm_srli_epi16(x, 4);
+  x = _mm_and_si128(x, _mm_set1_epi8(0x0f));
+  return _mm256_cvtepi32_ps(
+      _mm256_sub_epi32(_mm256_cvtepu8_epi32(x), _mm256_set1_epi32(8)));
 }
 inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
@@ -159,7 +175,7 @@ inline V SumsOfW(const V* a) {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 namespace avx512 {
 
 using V = __m512;
@@ -171,6 +187,20 @@ inline void Store(float* p, V x) { _mm512_storeu_ps(p, x); }
 inline V LoadBf16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+// kW int8 → f32.
+inline V LoadQ8(const char* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+// Elements [c, c + kW) of a q4_0 block's 32 as q − 8 (c is 0 or 16: the
+// low or the high nibbles of its 16 qs bytes).
+inline V LoadQ4(const char* qs, int c) {
+  __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  if (c >= 16) x = _mm_srli_epi16(x, 4);
+  x = _mm_and_si128(x, _mm_set1_epi8(0x0f));
+  return _mm512_cvtepi32_ps(
+      _mm512_sub_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8)));
 }
 inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
@@ -347,8 +377,8 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
       reinterpret_cast<uint16_t*>(alpha + kv_mul);    // [kv_mul][bt_pad]
   uint16_t* q16 = p16 + int64_t{kv_mul} * bt_pad;     // [kv_mul][head_dim]
   uint16_t* kpad = q16 + int64_t{kv_mul} * head_dim;  // [kW][head_dim]
-  const uint16_t* k_base = static_cast<const uint16_t*>(a.k_base);
-  const uint16_t* v_base = static_cast<const uint16_t*>(a.v_base);
+  const char* k_base = static_cast<const char*>(a.k_base);
+  const char* v_base = static_cast<const char*>(a.v_base);
 
   for (int i = 0; i < kv_mul * head_dim; ++i) q16[i] = FloatToBf16(a.q[i]);
   for (int h = 0; h < kv_mul; ++h) {
@@ -362,9 +392,10 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     // `skip`.
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
-    const int64_t at = a.blocks[i] * a.block_stride + int64_t{skip} * head_dim;
-    const uint16_t* k = k_base + at;
-    const uint16_t* v = v_base + at;
+    const int64_t at =
+        a.blocks[i] * a.block_stride + int64_t{skip} * head_dim * 2;
+    const uint16_t* k = reinterpret_cast<const uint16_t*>(k_base + at);
+    const uint16_t* v = reinterpret_cast<const uint16_t*>(v_base + at);
     for (int t0 = 0; t0 < n; t0 += kW) {
       avx512::Prefetch(a, int64_t{i} * bt + t0 + a.prefetch_tokens, kW,
                        head_dim * int64_t{2});
@@ -420,10 +451,10 @@ inline DecodeKernel Select(int head_dim) {
 
 Isa BestIsa() {
   const CpuFeatures& cpu = Cpu();
-  if (cpu.avx512() && cpu.fma) {
+  if (cpu.avx512() && cpu.avx2_fma()) {
     return cpu.avx512_bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
   }
-  return cpu.avx2 && cpu.fma ? Isa::kAvx2 : Isa::kScalar;
+  return cpu.avx2_fma() ? Isa::kAvx2 : Isa::kScalar;
 }
 
 std::string_view IsaName(Isa isa) {
@@ -448,8 +479,17 @@ DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim) {
   if (k == nullptr && isa >= Isa::kAvx512) k = avx512::Select(dtype, head_dim);
   if (k == nullptr && isa >= Isa::kAvx2) k = avx2::Select(dtype, head_dim);
   if (k != nullptr) return k;
-  return dtype == DType::kF32 ? &DecodeBlocksScalar<float>
-                              : &DecodeBlocksScalar<uint16_t>;
+  switch (dtype) {
+    case DType::kF32:
+      return &DecodeBlocksScalar<DType::kF32>;
+    case DType::kBF16:
+      return &DecodeBlocksScalar<DType::kBF16>;
+    case DType::kQ8_0:
+      return &DecodeBlocksScalar<DType::kQ8_0>;
+    case DType::kQ4_0:
+      return &DecodeBlocksScalar<DType::kQ4_0>;
+  }
+  return nullptr;
 }
 
 float MaxScalar(const float* s, int n) {

@@ -4,8 +4,9 @@
 //
 // Internal to core/attention. Variants, chosen at run time from Cpu()
 // (core/util/cpu_features.h; the build has no -march flags): AVX-512 with
-// AVX512_BF16 dot products for bf16 caches, AVX-512 FMA (f32, and bf16 widened
-// to f32), AVX2, and a portable scalar one for any head_dim.
+// AVX512_BF16 dot products for bf16 caches, AVX-512 FMA (f32, and bf16, q8_0
+// and q4_0 widened to f32 as they are read: no dequantized copy of a block
+// is kept), AVX2, and a portable scalar one for any head_dim.
 //
 // Thread-safety: kernels are pure functions of their arguments; each
 // thread passes its own scratch and state.
@@ -35,7 +36,8 @@ struct DecodeArgs {
   // [kv_mul][head_dim] f32, already scaled by log2(e) / sqrt(head_dim).
   const float* q = nullptr;
   // The group's K (V) rows of block b start at k_base (v_base) +
-  // b * block_stride elements; elements are float or bf16 bits.
+  // b * block_stride bytes; each row is DTypeRowBytes(dtype, head_dim)
+  // bytes of the pool's dtype (the kernel's).
   const void* k_base = nullptr;
   const void* v_base = nullptr;
   int64_t block_stride = 0;

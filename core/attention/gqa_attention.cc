@@ -83,9 +83,11 @@ struct GqaAttention::Impl {
     float* p = partials.data() + run * PartialFloats();
     return PartialState{p, p + kv_mul, p + 2 * kv_mul};
   }
-  int64_t BlockStride() const {
-    return int64_t{n_kv_heads} * block_tokens * head_dim;
+  // Bytes of one KV head's rows in a block, and of a block (all heads).
+  int64_t GroupBytes() const {
+    return int64_t{block_tokens} * DTypeRowBytes(dtype, head_dim);
   }
+  int64_t BlockStride() const { return n_kv_heads * GroupBytes(); }
   // The first position the query at n_ctx - 1 attends to.
   int64_t WindowStart(int64_t n_ctx) const {
     return sliding_window > 0 ? std::max<int64_t>(0, n_ctx - sliding_window)
@@ -187,7 +189,6 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
                                     const float* q, bool fused, int tid) {
   const char* k_base = static_cast<const char*>(pool->KeyBlock(layer, 0));
   const char* v_base = static_cast<const char*>(pool->ValueBlock(layer, 0));
-  const int64_t elem = DTypeSize(dtype);
   const int64_t row = int64_t{n_heads} * head_dim;
   const int64_t group_floats = int64_t{kv_mul} * head_dim;
   float* scratch = thread_scratch[tid].data();
@@ -224,8 +225,7 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
           const int64_t r = first_run[int64_t{seq} * n_kv_heads + g] + idx;
           const float* qg = q + seq * row + g * group_floats;
           for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
-          const int64_t group_offset =
-              int64_t{g} * block_tokens * head_dim * elem;
+          const int64_t group_offset = g * GroupBytes();
           args.k_base = k_base + group_offset;
           args.v_base = v_base + group_offset;
           const PartialState p = Partial(r);
@@ -254,8 +254,7 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
     const Run& run = runs[r];
     const float* qg = q + run.seq * row + run.group * group_floats;
     for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
-    const int64_t group_offset =
-        int64_t{run.group} * block_tokens * head_dim * elem;
+    const int64_t group_offset = run.group * GroupBytes();
     args.k_base = k_base + group_offset;
     args.v_base = v_base + group_offset;
     args.blocks = seqs[run.seq].blocks.data() + run.first_block;
@@ -322,8 +321,7 @@ void GqaAttention::Impl::DecodeRows(int layer, const SeqKv& seq, int64_t n_ctx,
   float* qs = scratch;
   float* state = qs + group_floats;  // m, l, acc
   for (int64_t i = 0; i < group_floats; ++i) qs[i] = q[i] * q_scale;
-  const int64_t elem = DTypeSize(dtype);
-  const int64_t group_offset = int64_t{group} * block_tokens * head_dim * elem;
+  const int64_t group_offset = group * GroupBytes();
   DecodeArgs args;
   args.head_dim = head_dim;
   args.kv_mul = kv_mul;
@@ -395,6 +393,13 @@ absl::StatusOr<std::unique_ptr<GqaAttention>> GqaAttention::Create(
        options.prefill_path == AttentionPath::kLlamaOrder)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "GqaAttention: llama.cpp's float order needs an f32 KV cache, not %s",
+        DTypeName(po.dtype)));
+  }
+  if (IsBlockQuantized(po.dtype) &&
+      options.decode_path == AttentionPath::kOneDnn) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "GqaAttention: oneDNN's matmuls cannot read a %s KV cache's blocks; "
+        "the fused path serves it",
         DTypeName(po.dtype)));
   }
   if (po.dtype == DType::kBF16 &&

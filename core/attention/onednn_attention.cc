@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dnnl/context.h"
+#include "core/kv/kv_rows.h"
 #include "core/util/bf16.h"
 #include "core/util/check.h"
 
@@ -89,6 +90,7 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
   const int64_t bt = block_tokens_;
   const int64_t row = int64_t{n_heads_} * d;
   const int64_t ldo = row;
+  const int64_t row_bytes = DTypeRowBytes(dtype_, d);
   const float q_scale =
       static_cast<float>(std::numbers::log2e / std::sqrt(double{1.0} * d));
   // The first position a query at `pos` attends to.
@@ -107,30 +109,18 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
   {
     thread_local std::vector<float> qt_buf, s_buf, inv_buf;
     for (int g = 0; g < n_kv_heads_; ++g) {
-      const int64_t group_offset = int64_t{g} * bt * d;
+      const int64_t group_offset = g * bt * row_bytes;
 #pragma omp for schedule(static)
       for (int64_t pos = lo; pos < n_ctx; ++pos) {
         const int32_t block = seq.blocks[pos / bt];
-        const int64_t at = group_offset + (pos % bt) * d;
-        float* kr = &kc[(pos - lo) * d];
-        float* vr = &vc[(pos - lo) * d];
-        if (dtype_ == DType::kF32) {
-          const float* k =
-              static_cast<const float*>(pool_->KeyBlock(layer, block));
-          const float* v =
-              static_cast<const float*>(pool_->ValueBlock(layer, block));
-          std::copy(k + at, k + at + d, kr);
-          std::copy(v + at, v + at + d, vr);
-        } else {
-          const uint16_t* k =
-              static_cast<const uint16_t*>(pool_->KeyBlock(layer, block));
-          const uint16_t* v =
-              static_cast<const uint16_t*>(pool_->ValueBlock(layer, block));
-          for (int64_t i = 0; i < d; ++i) {
-            kr[i] = Bf16ToFloat(k[at + i]);
-            vr[i] = Bf16ToFloat(v[at + i]);
-          }
-        }
+        const int64_t at = group_offset + (pos % bt) * row_bytes;
+        LoadKvRow(dtype_,
+                  static_cast<const char*>(pool_->KeyBlock(layer, block)) + at,
+                  d, &kc[(pos - lo) * d]);
+        LoadKvRow(
+            dtype_,
+            static_cast<const char*>(pool_->ValueBlock(layer, block)) + at, d,
+            &vc[(pos - lo) * d]);
       }
       // (implicit barrier: the group's K and V are gathered)
 #pragma omp for schedule(dynamic, 1)
@@ -253,7 +243,7 @@ void OneDnnAttention::DecodeRun(const DecodeArgs& a, PartialState st) {
                                     : static_cast<int>(bt);
     };
     const DecodePrims& p = Decode(r);
-    const int64_t offset = a.blocks[j] * a.block_stride * elem;
+    const int64_t offset = a.blocks[j] * a.block_stride;
     Run(p.qk, memory(p.q_md, engine, q_in),
         memory(p.k_md, engine,
                const_cast<char*>(static_cast<const char*>(a.k_base) + offset)),

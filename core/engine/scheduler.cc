@@ -45,9 +45,10 @@ void Scheduler::Admit() {
         s.kv.Truncate(s.tokens.size() - 1);
       }
       // Blocks still cached (a spilled session's among them) first; a KV
-      // snapshot only when none are.
+      // snapshot for the positions past them.
+      const bool on_disk = tiers_->TierOf(s) == Tier::kDisk;
       MatchPrefix(*seq, /*retry=*/false);
-      RestoreSnapshot(*seq);
+      if (on_disk) RestoreSnapshot(*seq);
       seq->usage.prompt_tokens = s.tokens.size();
       seq->usage.cached_prompt_tokens = s.kv.table.num_tokens();
       seq->started = true;
@@ -220,7 +221,6 @@ int64_t Scheduler::MatchPrefix(Sequence& seq, bool retry) {
 
 void Scheduler::RestoreSnapshot(Sequence& seq) {
   Session& s = *seq.session;
-  if (s.kv.table.num_tokens() > 0 || tiers_->TierOf(s) != Tier::kDisk) return;
   // A generating sequence needs the last token's logits: leave it pending.
   const int64_t limit = s.tokens.size() - (seq.generate() ? 1 : 0);
   SnapshotRead read = tiers_->ReadSnapshot(s, limit);

@@ -111,7 +111,8 @@ class Scheduler {
   // Adopts cached blocks holding the sequence's next tokens; returns how
   // many positions it adopted. `retry`: the prompt was looked up before.
   int64_t MatchPrefix(Sequence& seq, bool retry);
-  // Brings a spilled session's KV back from its snapshot, if it matches.
+  // Brings a spilled session's KV back from its snapshot, if it matches:
+  // the positions past the blocks MatchPrefix adopted.
   void RestoreSnapshot(Sequence& seq);
   // Makes KV positions [.., end) of seq writable, spilling idle sessions
   // and then preempting running sequences as needed. ABORTED when seq

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/util/check.h"
 
@@ -85,10 +86,15 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(
         options.n_layers, options.n_kv_heads, options.head_dim,
         options.block_tokens));
   }
+  if (absl::Status rows = CheckKvRows(options.dtype, options.head_dim);
+      !rows.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block pool: ", rows.message()));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->block_bytes = int64_t{options.n_kv_heads} * options.block_tokens *
-                      options.head_dim * DTypeSize(options.dtype);
+                      DTypeRowBytes(options.dtype, options.head_dim);
   const int64_t bytes_per_block = 2 * options.n_layers * impl->block_bytes;
   const int64_t num_blocks = options.capacity_bytes / bytes_per_block;
   if (num_blocks < 1) {
@@ -112,9 +118,10 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(
         "tokens at %d bytes per token): lower --kv_cache_bytes or "
         "--max_context, or %s",
         2 * half, num_blocks, options.block_tokens, per_token,
-        options.dtype == DType::kF32
-            ? "use --kv_dtype=bf16 (half the bytes per token)"
-            : "a smaller --kv_dtype"));
+        options.dtype == DType::kQ4_0
+            ? "a smaller model"
+            : "use a smaller --kv_dtype (bf16 half of f32's bytes per token, "
+              "q8_0 0.53x bf16, q4_0 0.28x)"));
   }
   impl->refcount.assign(impl->num_blocks, 0);
   impl->hash.assign(impl->num_blocks, 0);
@@ -232,7 +239,7 @@ int64_t BlockPool::bytes_per_block() const {
 }
 int64_t BlockPool::bytes_per_token() const {
   return 2LL * impl_->options.n_layers * impl_->options.n_kv_heads *
-         impl_->options.head_dim * DTypeSize(impl_->options.dtype);
+         DTypeRowBytes(impl_->options.dtype, impl_->options.head_dim);
 }
 int64_t BlockPool::capacity_bytes() const {
   return impl_->num_blocks * bytes_per_block();

@@ -54,7 +54,8 @@ struct BlockPoolOptions {
 
 class BlockPool {
  public:
-  // INVALID_ARGUMENT for non-positive shapes or a budget below one block.
+  // INVALID_ARGUMENT for non-positive shapes, a budget below one block, or
+  // a block-quantized dtype with head_dim not a multiple of 32.
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(
       const BlockPoolOptions& options);
 
@@ -92,12 +93,13 @@ class BlockPool {
   int32_t num_available_blocks() const;
   int32_t num_shared_blocks() const;  // refcount > 1
   int64_t bytes_per_block() const;    // K+V, all layers
-  int64_t bytes_per_token() const;    // 2*n_layers*n_kv_heads*head_dim*size
+  int64_t bytes_per_token() const;    // 2*n_layers*n_kv_heads*row bytes
   int64_t capacity_bytes() const;     // num_blocks * bytes_per_block
   int64_t used_bytes() const;         // num_used_blocks * bytes_per_block
 
   // Start of [kv_head][token_in_block][head_dim] for one layer and block;
-  // elements are float or uint16_t (bf16 bits) as options().dtype says.
+  // each row is DTypeRowBytes(options().dtype, head_dim) bytes: floats,
+  // bf16 bits, or q8_0 / q4_0 blocks (core/util/dtype.h).
   void* KeyBlock(int layer, int32_t block);
   void* ValueBlock(int layer, int32_t block);
   const void* KeyBlock(int layer, int32_t block) const;

@@ -4,23 +4,10 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/util/bf16.h"
+#include "core/kv/kv_rows.h"
 #include "core/util/check.h"
 
 namespace kvserve {
-namespace {
-
-void StoreRow(DType dtype, const float* src, int n, void* dst) {
-  if (dtype == DType::kF32) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
-  uint16_t* out = static_cast<uint16_t*>(dst);
-  for (int i = 0; i < n; ++i) out[i] = FloatToBf16(src[i]);
-}
-
-}  // namespace
-
 BlockTable::BlockTable(BlockPool* pool) : pool_(pool) {}
 
 BlockTable::~BlockTable() { Clear(); }
@@ -89,14 +76,13 @@ void BlockTable::WriteKv(int layer, int64_t pos, const float* k,
   const int32_t block = blocks_[pos / o.block_tokens];
   KVSERVE_CHECK(pool_->RefCount(block) == 1);
   const int64_t slot = pos % o.block_tokens;
-  const int64_t elem = DTypeSize(o.dtype);
+  const int64_t row = DTypeRowBytes(o.dtype, o.head_dim);
   char* kb = static_cast<char*>(pool_->KeyBlock(layer, block));
   char* vb = static_cast<char*>(pool_->ValueBlock(layer, block));
   for (int h = 0; h < o.n_kv_heads; ++h) {
-    const int64_t offset =
-        ((int64_t{h} * o.block_tokens + slot) * o.head_dim) * elem;
-    StoreRow(o.dtype, k + h * o.head_dim, o.head_dim, kb + offset);
-    StoreRow(o.dtype, v + h * o.head_dim, o.head_dim, vb + offset);
+    const int64_t offset = (int64_t{h} * o.block_tokens + slot) * row;
+    StoreKvRow(o.dtype, k + h * o.head_dim, o.head_dim, kb + offset);
+    StoreKvRow(o.dtype, v + h * o.head_dim, o.head_dim, vb + offset);
   }
 }
 

@@ -41,7 +41,7 @@ struct ModelConfig {
   int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
   // Bytes of K and V of one token over all layers.
   int64_t KvBytesPerToken(DType kv_dtype) const {
-    return 2LL * n_layers * n_kv_heads * head_dim * DTypeSize(kv_dtype);
+    return 2LL * n_layers * n_kv_heads * DTypeRowBytes(kv_dtype, head_dim);
   }
 
   // OK when every field is positive and the head arithmetic is consistent.

@@ -1,10 +1,8 @@
 #include "core/session/kv_snapshot.h"
 
 #include <cstring>
-#include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/util/bf16.h"
 #include "core/util/check.h"
 #include "core/util/little_endian.h"
 #include "core/util/xxhash64.h"
@@ -48,13 +46,18 @@ absl::StatusOr<Header> ParseHeader(std::string_view b) {
     pos += 8;
   }
   h.data_offset = pos;
-  if (h.dtype > 1 || h.n_layers > 4096 || h.n_kv_heads > 4096 ||
+  if (h.dtype > 3 || h.n_layers > 4096 || h.n_kv_heads > 4096 ||
       h.head_dim > 4096) {
     return loss("header fields");
   }
   // per_token <= 2^39 and num_tokens <= 2^24: the sum cannot wrap.
-  const uint64_t elem = h.dtype == 0 ? 4 : 2;
-  const uint64_t per_token = h.n_layers * 2 * h.n_kv_heads * h.head_dim * elem;
+  if (IsBlockQuantized(static_cast<DType>(h.dtype)) &&
+      h.head_dim % kDTypeBlockElems != 0) {
+    return loss("header fields");
+  }
+  const uint64_t per_token =
+      h.n_layers * 2 * h.n_kv_heads *
+      DTypeRowBytes(static_cast<DType>(h.dtype), h.head_dim);
   if (h.num_tokens > (uint64_t{1} << 24) ||
       b.size() != pos + h.num_tokens * per_token + 8) {
     return loss("size");
@@ -71,14 +74,13 @@ std::string EncodeKvSnapshot(const KvSnapshotKey& key,
   const BlockPoolOptions& o = pool.options();
   const int64_t n = tokens.size();
   KVSERVE_CHECK(table.num_tokens() >= n);
-  const int64_t elem = DTypeSize(o.dtype);
-  const int64_t row = int64_t{o.head_dim} * elem;
+  const int64_t row = DTypeRowBytes(o.dtype, o.head_dim);
   std::string out(kMagic);
   PutU64(out, key.model_fingerprint.size());
   out += key.model_fingerprint;
-  for (uint64_t v : {uint64_t(key.dtype == DType::kF32 ? 0 : 1),
-                     uint64_t(key.n_layers), uint64_t(key.n_kv_heads),
-                     uint64_t(key.head_dim), uint64_t(n), TokensHash(tokens)}) {
+  for (uint64_t v : {static_cast<uint64_t>(key.dtype), uint64_t(key.n_layers),
+                     uint64_t(key.n_kv_heads), uint64_t(key.head_dim),
+                     uint64_t(n), TokensHash(tokens)}) {
     PutU64(out, v);
   }
   out.reserve(out.size() + o.n_layers * n * 2 * o.n_kv_heads * row + 8);
@@ -107,9 +109,10 @@ absl::StatusOr<int64_t> CheckKvSnapshot(
   const std::string want = absl::StrFormat(
       "model %s, kv %s, %d layers x %d kv heads x %d", key.model_fingerprint,
       DTypeName(key.dtype), key.n_layers, key.n_kv_heads, key.head_dim);
-  const std::string got = absl::StrFormat(
-      "model %s, kv %s, %d layers x %d kv heads x %d", h->fingerprint,
-      h->dtype == 0 ? "f32" : "bf16", h->n_layers, h->n_kv_heads, h->head_dim);
+  const std::string got =
+      absl::StrFormat("model %s, kv %s, %d layers x %d kv heads x %d",
+                      h->fingerprint, DTypeName(static_cast<DType>(h->dtype)),
+                      h->n_layers, h->n_kv_heads, h->head_dim);
   if (want != got) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "KV snapshot was written for %s; this server runs %s", got, want));
@@ -122,32 +125,32 @@ absl::StatusOr<int64_t> CheckKvSnapshot(
   return static_cast<int64_t>(h->num_tokens);
 }
 
-void RestoreKvSnapshot(std::string_view bytes, int64_t n, BlockTable* table) {
+void RestoreKvSnapshot(std::string_view bytes, int64_t from, int64_t n,
+                       BlockTable* table) {
   absl::StatusOr<Header> h = ParseHeader(bytes);
-  KVSERVE_CHECK(h.ok() && static_cast<int64_t>(h->num_tokens) >= n);
-  const BlockPoolOptions& o = table->pool()->options();
-  const int64_t width = int64_t{o.n_kv_heads} * o.head_dim;
-  const int64_t elem = DTypeSize(o.dtype);
-  std::vector<float> k(width), v(width);
-  auto load = [&](const char* src, float* dst) {
-    if (o.dtype == DType::kF32) {
-      std::memcpy(dst, src, width * sizeof(float));
-    } else {
-      for (int64_t i = 0; i < width; ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, src + 2 * i, 2);
-        dst[i] = Bf16ToFloat(bits);
-      }
-    }
-  };
+  KVSERVE_CHECK(h.ok() && static_cast<int64_t>(h->num_tokens) >= n &&
+                from >= 0);
+  BlockPool& pool = *table->pool();
+  const BlockPoolOptions& o = pool.options();
+  KVSERVE_CHECK(h->dtype == static_cast<uint64_t>(o.dtype));
+  // Rows are copied as stored: a quantized row is not quantized again.
+  const int64_t row = DTypeRowBytes(o.dtype, o.head_dim);
+  const int64_t width = int64_t{o.n_kv_heads} * row;
   for (int layer = 0; layer < o.n_layers; ++layer) {
-    for (int64_t p = 0; p < static_cast<int64_t>(h->num_tokens); ++p) {
-      const char* row = bytes.data() + h->data_offset +
-                        ((layer * h->num_tokens + p) * 2) * width * elem;
-      if (p >= n) continue;
-      load(row, k.data());
-      load(row + width * elem, v.data());
-      table->WriteKv(layer, p, k.data(), v.data());
+    for (int64_t p = from; p < n; ++p) {
+      const char* src = bytes.data() + h->data_offset +
+                        ((layer * h->num_tokens + p) * 2) * width;
+      const int32_t block = table->blocks()[p / o.block_tokens];
+      KVSERVE_CHECK(pool.RefCount(block) == 1);
+      const int64_t slot = p % o.block_tokens;
+      for (void* base :
+           {pool.KeyBlock(layer, block), pool.ValueBlock(layer, block)}) {
+        char* b = static_cast<char*>(base);
+        for (int hd = 0; hd < o.n_kv_heads; ++hd, src += row) {
+          std::memcpy(b + (int64_t{hd} * o.block_tokens + slot) * row, src,
+                      row);
+        }
+      }
     }
   }
 }

@@ -743,9 +743,8 @@ void SessionTiers::SnapshotAll() {
 SnapshotRead SessionTiers::ReadSnapshot(const Session& s, int64_t limit) {
   Impl& m = *impl_;
   Impl::Durability* d = m.DurabilityOf(s.id);
-  if (d == nullptr || !d->has_snapshot || s.kv.table.num_tokens() > 0) {
-    return {};
-  }
+  const int64_t held = s.kv.table.num_tokens();
+  if (d == nullptr || !d->has_snapshot || held >= limit) return {};
   // A snapshot still queued is read from memory.
   std::shared_ptr<const std::string> bytes = d->unwritten_snapshot.lock();
   absl::Status read_error;
@@ -769,14 +768,15 @@ SnapshotRead SessionTiers::ReadSnapshot(const Session& s, int64_t limit) {
   }
   d->snapshot_positions = *n;
   const int64_t positions = std::min(*n, limit);
-  if (positions <= 0) return {};
-  return SnapshotRead{.positions = positions, .bytes = std::move(bytes)};
+  if (positions <= held) return {};
+  return SnapshotRead{
+      .from = held, .positions = positions, .bytes = std::move(bytes)};
 }
 
 void SessionTiers::Restore(Session& s, const SnapshotRead& read) {
   if (read.positions <= 0) return;
   KVSERVE_CHECK(s.kv.table.num_tokens() == read.positions);
-  RestoreKvSnapshot(*read.bytes, read.positions, &s.kv.table);
+  RestoreKvSnapshot(*read.bytes, read.from, read.positions, &s.kv.table);
   impl_->prefix_cache->Register(s.tokens, s.kv);
 }
 

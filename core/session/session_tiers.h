@@ -98,7 +98,8 @@ std::string_view TierName(Tier tier);  // "ram", "disk", "tokens"
 // A KV snapshot read for a restore: the scheduler reserves `positions`
 // KV positions in the session's table, then calls SessionTiers::Restore.
 struct SnapshotRead {
-  int64_t positions = 0;  // 0: nothing to restore
+  int64_t from = 0;       // positions the table already held
+  int64_t positions = 0;  // its end; 0: nothing to restore
   std::shared_ptr<const std::string> bytes;
 };
 
@@ -175,13 +176,14 @@ class SessionTiers {
   // destructor, or Flush, waits for the writes).
   void SnapshotAll();
 
-  // For a session with an empty KV table whose KV is on disk: reads and
+  // For a session whose KV is on disk, with a KV table holding fewer
+  // positions (none, or blocks the prefix cache still had): reads and
   // checks the snapshot (a bad one is removed, with a warning) and returns
-  // how many positions it can give, at most `limit`.
+  // the positions it can give past the table's, up to at most `limit`.
   SnapshotRead ReadSnapshot(const Session& s, int64_t limit);
-  // Writes read.positions positions into s.kv.table, which the caller
-  // extended to hold them, and registers them with the prefix cache.
-  // REQUIRES: s.kv.table.num_tokens() == read.positions (the empty table
+  // Writes positions [read.from, read.positions) into s.kv.table, which the
+  // caller extended to hold them, and registers the table with the prefix
+  // cache. REQUIRES: s.kv.table.num_tokens() == read.positions (the table
   // ReadSnapshot saw, extended by exactly that much).
   void Restore(Session& s, const SnapshotRead& read);
 

@@ -110,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   BlockTable table(s.pools[dtype == DType::kF32 ? 0 : 1].get());
   const absl::Status extended = table.Extend(*n);
   FUZZ_CHECK(extended.ok(), "%s", extended.ToString().c_str());
-  RestoreKvSnapshot(bytes, *n, &table);
+  RestoreKvSnapshot(bytes, 0, *n, &table);
   if (dtype == DType::kF32) {
     const std::vector<int32_t> tokens(s.session_tokens.begin(),
                                       s.session_tokens.begin() + *n);

@@ -300,6 +300,29 @@ TEST(NumericsFlagTest, LlamaNeedsAnF32CacheAndBogusValuesAreRefused) {
   EXPECT_TRUE(absl::StrContains(bogus.err, "--numerics=exact")) << bogus.err;
 }
 
+// q8_0 and q4_0 KV caches keep blocks of 32 elements of a head: a model
+// whose head_dim is not a multiple of 32 (stories260K's is 8) is refused at
+// start naming the type and the head_dim; a type that does not exist too.
+TEST(KvDtypeFlagTest, QuantizedCachesNeedWholeBlocksAndBogusTypesAreRefused) {
+  for (const std::string dtype : {"q8_0", "q4_0"}) {
+    CommandResult r = RunTool(
+        {Kvserve(), "--threads=1", "--listen=127.0.0.1:0", "--metrics_listen=",
+         "--model=" + SharedDir() + "/models/stories260K.gguf",
+         "--kv_dtype=" + dtype});
+    EXPECT_TRUE(r.status.exited) << r.status.ToString();
+    EXPECT_NE(r.status.code, 0);
+    EXPECT_TRUE(absl::StrContains(r.err, "head_dim 8")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, dtype)) << r.err;
+    EXPECT_FALSE(absl::StrContains(r.err, "listening")) << r.err;
+  }
+  CommandResult bogus =
+      RunTool({Kvserve(), "--threads=1", "--listen=127.0.0.1:0",
+               "--metrics_listen=", "--kv_dtype=q5_0"});
+  EXPECT_NE(bogus.status.code, 0);
+  EXPECT_TRUE(absl::StrContains(bogus.err, "--kv_dtype")) << bogus.err;
+  EXPECT_TRUE(absl::StrContains(bogus.err, "q8_0 or q4_0")) << bogus.err;
+}
+
 TEST(BuildInfoTest, MetricHasVersionCommitAndIsa) {
   const VersionLine version =
       ParseVersion("kvserve", RunTool({Kvserve(), "--version"}).out);

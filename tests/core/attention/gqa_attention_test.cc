@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/kv/block_table.h"
-#include "core/util/bf16.h"
+#include "core/kv/kv_rows.h"
 #include "core/util/cpu_features.h"
 #include "gtest/gtest.h"
 #include "tests/testing/sanitizers.h"
@@ -56,11 +56,11 @@ class Cache {
     o.block_tokens = shape.block_tokens;
     o.dtype = shape.dtype;
     o.capacity_bytes = capacity_tokens * 2 * kLayers * shape.n_kv_heads *
-                       shape.head_dim * DTypeSize(shape.dtype);
+                       DTypeRowBytes(shape.dtype, shape.head_dim);
     pool_ = std::move(BlockPool::Create(o)).value();
     // Unwritten positions hold NaN, so reading past n_ctx fails the test.
     const int64_t block_bytes = int64_t{shape.n_kv_heads} * shape.block_tokens *
-                                shape.head_dim * DTypeSize(shape.dtype);
+                                DTypeRowBytes(shape.dtype, shape.head_dim);
     for (int layer = 0; layer < kLayers; ++layer) {
       for (int32_t b = 0; b < pool_->num_blocks(); ++b) {
         std::memset(pool_->KeyBlock(layer, b), 0xff, block_bytes);
@@ -108,10 +108,8 @@ class Cache {
           v[i] = uniform(rng_);
         }
         if (layer == kLayer) {
-          for (int i = 0; i < kv_dim(); ++i) {
-            k_[seq].push_back(Stored(k[i]));
-            v_[seq].push_back(Stored(v[i]));
-          }
+          Stored(k, &k_[seq]);
+          Stored(v, &v_[seq]);
         } else {  // decoys far from the real values
           for (int i = 0; i < kv_dim(); ++i) v[i] += 1000.0f;
         }
@@ -135,8 +133,8 @@ class Cache {
   // become NaN (the reference keeps its copy): reading them fails the test.
   void PoisonBefore(int seq, int64_t pos) {
     const int64_t block_bytes = int64_t{shape_.n_kv_heads} *
-                                shape_.block_tokens * shape_.head_dim *
-                                DTypeSize(shape_.dtype);
+                                shape_.block_tokens *
+                                DTypeRowBytes(shape_.dtype, shape_.head_dim);
     for (int64_t b = 0; b < pos / shape_.block_tokens; ++b) {
       const int32_t id = tables_[seq].blocks()[b];
       std::memset(pool_->KeyBlock(kLayer, id), 0xff, block_bytes);
@@ -173,8 +171,17 @@ class Cache {
   }
 
  private:
-  float Stored(float x) const {
-    return shape_.dtype == DType::kF32 ? x : Bf16ToFloat(FloatToBf16(x));
+  // Appends a position's rows as the pool keeps them (bf16-rounded, or
+  // quantized by blocks of 32 and read back).
+  void Stored(const std::vector<float>& x, std::vector<float>* out) const {
+    std::vector<char> row(DTypeRowBytes(shape_.dtype, shape_.head_dim));
+    std::vector<float> back(shape_.head_dim);
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      StoreKvRow(shape_.dtype, &x[h * shape_.head_dim], shape_.head_dim,
+                 row.data());
+      LoadKvRow(shape_.dtype, row.data(), shape_.head_dim, back.data());
+      out->insert(out->end(), back.begin(), back.end());
+    }
   }
 
   Shape shape_;
@@ -185,7 +192,9 @@ class Cache {
   std::vector<std::vector<float>> v_;
 };
 
-double Tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-5 : 1e-2; }
+// bf16 caches: the AVX512_BF16 kernel rounds q and p to bf16. The block
+// types are widened to f32 exactly as stored: as tight as f32.
+double Tolerance(DType dtype) { return dtype == DType::kBF16 ? 1e-2 : 1e-5; }
 
 // ‖out − ref‖ / ‖ref‖ accumulated over rows.
 class ErrorNorm {
@@ -331,6 +340,16 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(AttentionPath::kLlamaOrder)),
     ParamName);
 
+// q8_0 and q4_0 caches (head_dim a multiple of their 32-element blocks):
+// the fused kernel reads them; oneDNN cannot (refused, below).
+INSTANTIATE_TEST_SUITE_P(
+    Quantized, DecodeTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(64, 128),
+                       ::testing::Values(DType::kQ8_0, DType::kQ4_0),
+                       ::testing::Values(AttentionPath::kFused)),
+    ParamName);
+
 class PrefillTest : public DecodeTest {};
 
 TEST_P(PrefillTest, ChunksAtOffsets) {
@@ -371,6 +390,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 4, 8),
                        ::testing::Values(8, 64, 128),
                        ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(AttentionPath::kFused,
+                                         AttentionPath::kOneDnn)),
+    ParamName);
+// oneDNN's prompt path reads quantized rows as floats, a group at a time.
+INSTANTIATE_TEST_SUITE_P(
+    Quantized, PrefillTest,
+    ::testing::Combine(::testing::Values(1, 2, 4, 8),
+                       ::testing::Values(64, 128),
+                       ::testing::Values(DType::kQ8_0, DType::kQ4_0),
                        ::testing::Values(AttentionPath::kFused,
                                          AttentionPath::kOneDnn)),
     ParamName);
@@ -420,6 +448,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
                        ::testing::Values(AttentionPath::kFused,
                                          AttentionPath::kOneDnn)),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             PathName(std::get<1>(info.param)));
+    });
+INSTANTIATE_TEST_SUITE_P(
+    Quantized, BlockSizesTest,
+    ::testing::Combine(::testing::Values(DType::kQ8_0, DType::kQ4_0),
+                       ::testing::Values(AttentionPath::kFused)),
     [](const auto& info) {
       return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
                              PathName(std::get<1>(info.param)));
@@ -498,6 +534,15 @@ INSTANTIATE_TEST_SUITE_P(
                              PathName(std::get<1>(info.param)));
     });
 INSTANTIATE_TEST_SUITE_P(
+    Quantized, WindowTest,
+    ::testing::Combine(::testing::Values(DType::kQ8_0, DType::kQ4_0),
+                       ::testing::Values(AttentionPath::kFused,
+                                         AttentionPath::kAuto)),
+    [](const auto& info) {
+      return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
+                             PathName(std::get<1>(info.param)));
+    });
+INSTANTIATE_TEST_SUITE_P(
     LlamaOrder, WindowTest,
     ::testing::Combine(::testing::Values(DType::kF32),
                        ::testing::Values(AttentionPath::kLlamaOrder)),
@@ -514,6 +559,23 @@ TEST(GqaAttentionTest, RejectsLlamaOrderOverABf16Cache) {
   const absl::Status s = GqaAttention::Create(cache.pool(), o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("f32 KV cache"), std::string::npos) << s;
+}
+
+TEST(GqaAttentionTest, RejectsOneDnnDecodeOverAQuantizedCache) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    Cache cache(Shape{8, 4, 64, 16, dtype}, 64, 1);
+    GqaAttentionOptions o;
+    o.n_heads = 8;
+    o.decode_path = AttentionPath::kOneDnn;
+    const absl::Status s = GqaAttention::Create(cache.pool(), o).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(std::string(s.message()).find(DTypeName(dtype)),
+              std::string::npos)
+        << s;
+    o.decode_path = AttentionPath::kLlamaOrder;
+    EXPECT_EQ(GqaAttention::Create(cache.pool(), o).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(GqaAttentionTest, RejectsANegativeWindow) {

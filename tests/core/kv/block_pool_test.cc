@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,35 @@ TEST(BlockPoolTest, ByteAccountingIsExact) {
     EXPECT_EQ(p.used_bytes(), p.bytes_per_block());
     p.Unref(*b);
     EXPECT_EQ(p.used_bytes(), 0);
+  }
+}
+
+// q8_0 and q4_0: blocks of 32 elements with an f16 scale, 34 and 18 bytes
+// (0.53x and 0.28x of bf16's 64), so a head_dim must hold whole blocks.
+TEST(BlockPoolTest, QuantizedTypesCountTheirBlocksAndNeedWholeOnes) {
+  for (auto [dtype, block_bytes] :
+       {std::pair{DType::kQ8_0, 34}, std::pair{DType::kQ4_0, 18}}) {
+    BlockPoolOptions o = SmallOptions(dtype);
+    o.head_dim = 64;
+    o.capacity_bytes = 1 << 20;
+    auto pool = BlockPool::Create(o);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    EXPECT_EQ((*pool)->bytes_per_token(), 2 * 2 * 3 * 2 * block_bytes);
+    EXPECT_EQ((*pool)->bytes_per_block(), 4 * (*pool)->bytes_per_token());
+    BlockPoolOptions bf16 = o;
+    bf16.dtype = DType::kBF16;
+    EXPECT_LE((*pool)->bytes_per_token(),
+              (dtype == DType::kQ8_0 ? 0.532 : 0.29) *
+                  (*BlockPool::Create(bf16))->bytes_per_token());
+    o.head_dim = 8;
+    const absl::Status refused = BlockPool::Create(o).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(refused.message()).find("head_dim 8"),
+              std::string::npos)
+        << refused;
+    EXPECT_NE(std::string(refused.message()).find(DTypeName(dtype)),
+              std::string::npos)
+        << refused;
   }
 }
 

@@ -6,7 +6,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/kv/kv_rows.h"
 #include "core/util/bf16.h"
+#include "core/util/fp16.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -25,7 +27,7 @@ std::unique_ptr<BlockPool> MakePool(int num_blocks, DType dtype = DType::kF32) {
   o.block_tokens = kBlockTokens;
   o.dtype = dtype;
   o.capacity_bytes = int64_t{num_blocks} * 2 * kLayers * kKvHeads *
-                     kBlockTokens * kHeadDim * DTypeSize(dtype);
+                     kBlockTokens * DTypeRowBytes(dtype, kHeadDim);
   auto pool = BlockPool::Create(o);
   EXPECT_TRUE(pool.ok()) << pool.status();
   return std::move(*pool);
@@ -300,6 +302,67 @@ TEST(BlockTableTest, Bf16IsRoundedToNearestEven) {
       EXPECT_EQ(kb[at], FloatToBf16(k[h * kHeadDim + d]));
       EXPECT_EQ(vb[at], FloatToBf16(v[h * kHeadDim + d]));
       EXPECT_NEAR(Bf16ToFloat(kb[at]), k[h * kHeadDim + d], 1.0f / 128);
+    }
+  }
+}
+
+// A q8_0 / q4_0 pool quantizes each head's row by blocks of 32 when a
+// position is written, by ggml's rule (computed here in double): per block
+// a scale d (q8_0: amax / 127; q4_0: the value of largest magnitude / -8),
+// kept as f16, and levels q = round(x / d) (q8_0) or
+// min(15, floor(x / d + 8.5)) (q4_0) from the unrounded d; x is read back
+// as f16(d) · q (q8_0) or f16(d) · (q − 8) (q4_0).
+TEST(BlockTableTest, QuantizedPoolsStoreGgmlsBlocksOf32) {
+  constexpr int kDim = 64;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    BlockPoolOptions o;
+    o.n_layers = 1;
+    o.n_kv_heads = 2;
+    o.head_dim = kDim;
+    o.block_tokens = 4;
+    o.dtype = dtype;
+    o.capacity_bytes = 1 << 16;
+    std::unique_ptr<BlockPool> pool = *BlockPool::Create(o);
+    BlockTable t(pool.get());
+    ASSERT_TRUE(t.Extend(3).ok());
+    std::vector<double> x(2 * kDim);
+    std::vector<float> k(2 * kDim), v(2 * kDim);
+    for (int i = 0; i < 2 * kDim; ++i) {
+      x[i] = std::sin(0.7 * i) * (1 + i % 5) + (i == 40 ? -9.0 : 0.0);
+      k[i] = static_cast<float>(x[i]);
+      v[i] = -k[i];
+    }
+    t.WriteKv(0, 2, k.data(), v.data());
+    const int64_t row = DTypeRowBytes(dtype, kDim);
+    const int64_t block_bytes = dtype == DType::kQ8_0 ? 34 : 18;
+    for (int h = 0; h < 2; ++h) {
+      const char* stored =
+          static_cast<const char*>(pool->KeyBlock(0, t.blocks()[0])) +
+          (h * 4 + 2) * row;
+      std::vector<float> back(kDim);
+      LoadKvRow(dtype, stored, kDim, back.data());
+      for (int b = 0; b < kDim / 32; ++b) {
+        const double* xb = &x[h * kDim + b * 32];
+        double amax = 0, extreme = 0;
+        for (int j = 0; j < 32; ++j) {
+          if (std::abs(xb[j]) > amax) extreme = xb[j];
+          amax = std::max(amax, std::abs(xb[j]));
+        }
+        const double d = dtype == DType::kQ8_0 ? amax / 127 : extreme / -8;
+        uint16_t bits;
+        std::memcpy(&bits, stored + b * block_bytes, 2);
+        const double d16 = Fp16ToFloat(bits);
+        EXPECT_NEAR(d16, d, std::abs(d) * 1e-3) << b;
+        for (int j = 0; j < 32; ++j) {
+          const double want =
+              dtype == DType::kQ8_0
+                  ? d16 * std::round(xb[j] / d)
+                  : d16 * (std::min(15.0, std::floor(xb[j] / d + 8.5)) - 8);
+          EXPECT_NEAR(back[b * 32 + j], want, 1e-5)
+              << DTypeName(dtype) << " head " << h << " element " << b * 32 + j
+              << " of " << xb[j];
+        }
+      }
     }
   }
 }

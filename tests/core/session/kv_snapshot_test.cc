@@ -1,6 +1,8 @@
 #include "core/session/kv_snapshot.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -10,9 +12,11 @@ namespace {
 class KvSnapshotTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
+    // The block types need whole blocks of 32 per head.
+    head_dim_ = IsBlockQuantized(GetParam()) ? 32 : 4;
     options_ = {.n_layers = 2,
                 .n_kv_heads = 2,
-                .head_dim = 4,
+                .head_dim = head_dim_,
                 .block_tokens = 4,
                 .dtype = GetParam(),
                 .capacity_bytes = 1 << 20};
@@ -21,42 +25,39 @@ class KvSnapshotTest : public ::testing::TestWithParam<DType> {
             .dtype = GetParam(),
             .n_layers = 2,
             .n_kv_heads = 2,
-            .head_dim = 4};
+            .head_dim = head_dim_};
   }
 
   // Position p, layer l, element i of K holds Value(l, p, i) (V its negation).
   static float Value(int l, int64_t p, int i) {
-    return std::ldexp(1.0f + i, l) + p * 0.25f;
+    return std::ldexp(1.0f + i % 7, l) + p * 0.25f;
   }
 
   BlockTable Filled(int64_t n) {
     BlockTable t(pool_.get());
     EXPECT_TRUE(t.Extend(n).ok());
+    std::vector<float> k(2 * head_dim_), v(2 * head_dim_);
     for (int l = 0; l < 2; ++l) {
       for (int64_t p = 0; p < n; ++p) {
-        float k[8], v[8];
-        for (int i = 0; i < 8; ++i) v[i] = -(k[i] = Value(l, p, i));
-        t.WriteKv(l, p, k, v);
+        for (int i = 0; i < 2 * head_dim_; ++i) v[i] = -(k[i] = Value(l, p, i));
+        t.WriteKv(l, p, k.data(), v.data());
       }
     }
     return t;
   }
 
-  float KeyOf(const BlockTable& t, int l, int64_t p, int i) {
-    const char* base =
-        static_cast<const char*>(pool_->KeyBlock(l, t.blocks()[p / 4]));
-    const int h = i / 4, d = i % 4;
-    const int64_t idx = (h * 4 + p % 4) * 4 + d;
-    if (GetParam() == DType::kF32) {
-      return reinterpret_cast<const float*>(base)[idx];
-    }
-    uint16_t bits = reinterpret_cast<const uint16_t*>(base)[idx];
-    uint32_t f = uint32_t{bits} << 16;
-    float out;
-    std::memcpy(&out, &f, 4);
-    return out;
+  // The stored bytes of K and V of head h at layer l, position p.
+  std::string RowsOf(const BlockTable& t, int l, int64_t p, int h) {
+    const int64_t row = DTypeRowBytes(GetParam(), head_dim_);
+    const int64_t at = (h * 4 + p % 4) * row;
+    const int32_t block = t.blocks()[p / 4];
+    return std::string(static_cast<const char*>(pool_->KeyBlock(l, block)) + at,
+                       row) +
+           std::string(
+               static_cast<const char*>(pool_->ValueBlock(l, block)) + at, row);
   }
 
+  int head_dim_ = 0;
   BlockPoolOptions options_;
   std::unique_ptr<BlockPool> pool_;
   KvSnapshotKey key_;
@@ -74,11 +75,13 @@ TEST_P(KvSnapshotTest, RoundTripsIntoAnotherTable) {
   EXPECT_EQ(*n, 7);
   BlockTable b(pool_.get());
   ASSERT_TRUE(b.Extend(6).ok());
-  RestoreKvSnapshot(bytes, 6, &b);
+  RestoreKvSnapshot(bytes, 0, 6, &b);
+  // Every row comes back as it was stored (a quantized one is not
+  // quantized again).
   for (int l = 0; l < 2; ++l) {
     for (int64_t p = 0; p < 6; ++p) {
-      for (int i = 0; i < 8; ++i) {
-        EXPECT_EQ(KeyOf(b, l, p, i), KeyOf(a, l, p, i)) << l << " " << p;
+      for (int h = 0; h < 2; ++h) {
+        EXPECT_EQ(RowsOf(b, l, p, h), RowsOf(a, l, p, h)) << l << " " << p;
       }
     }
   }
@@ -91,10 +94,17 @@ TEST_P(KvSnapshotTest, RefusesAnotherModelOrDtype) {
   auto n = CheckKvSnapshot(bytes, other, tokens_);
   EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(n.status().message().find("model abc"), absl::string_view::npos);
-  other = key_;
-  other.dtype = GetParam() == DType::kF32 ? DType::kBF16 : DType::kF32;
-  EXPECT_EQ(CheckKvSnapshot(bytes, other, tokens_).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (dtype == GetParam()) continue;
+    other = key_;
+    other.dtype = dtype;
+    n = CheckKvSnapshot(bytes, other, tokens_);
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(
+        n.status().message().find("kv " + std::string(DTypeName(GetParam()))),
+        absl::string_view::npos)
+        << n.status();
+  }
 }
 
 TEST_P(KvSnapshotTest, RefusesOtherTokens) {
@@ -128,7 +138,11 @@ TEST_P(KvSnapshotTest, DetectsDamage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, KvSnapshotTest,
-                         ::testing::Values(DType::kF32, DType::kBF16));
+                         ::testing::Values(DType::kF32, DType::kBF16,
+                                           DType::kQ8_0, DType::kQ4_0),
+                         [](const auto& info) {
+                           return std::string(DTypeName(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvserve
