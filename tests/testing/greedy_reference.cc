@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/kv/block_table.h"
+#include "core/kv/kv_rows.h"
 #include "core/quant/quant.h"
 #include "nlohmann/json.hpp"
 
@@ -129,10 +130,23 @@ void RopeRef(const ModelWeights& w, int n_heads, int64_t pos,
   }
 }
 
+// Rows of `n` elements of x as a KV cache of `dtype` keeps them.
+void AsStored(DType dtype, int n, std::vector<double>& x) {
+  if (dtype == DType::kF32) return;
+  std::vector<float> row(n), back(n);
+  std::vector<char> stored(DTypeRowBytes(dtype, n));
+  for (size_t at = 0; at < x.size(); at += n) {
+    for (int i = 0; i < n; ++i) row[i] = static_cast<float>(x[at + i]);
+    StoreKvRow(dtype, row.data(), n, stored.data());
+    LoadKvRow(dtype, stored.data(), n, back.data());
+    for (int i = 0; i < n; ++i) x[at + i] = back[i];
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<double>> ReferenceLogits(
-    const ModelWeights& w, const std::vector<int32_t>& tokens) {
+    const ModelWeights& w, const std::vector<int32_t>& tokens, DType kv_dtype) {
   const ModelConfig& c = w.config;
   const int T = tokens.size(), hd = c.head_dim;
   std::vector<std::vector<double>> x(T);
@@ -159,6 +173,8 @@ std::vector<std::vector<double>> ReferenceLogits(
       AddBias(lw.bv, v[t]);
       RopeRef(w, c.n_heads, t, q[t]);
       RopeRef(w, c.n_kv_heads, t, k[t]);
+      AsStored(kv_dtype, hd, k[t]);
+      AsStored(kv_dtype, hd, v[t]);
     }
     for (int t = 0; t < T; ++t) {
       // Positions t - window < u <= t.

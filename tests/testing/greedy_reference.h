@@ -46,8 +46,12 @@ OurRun RunGreedy(Model& model, BlockPool* pool,
 // position from scratch: q/k/v biases, both RoPE styles (rotary_dim and
 // frequency factors), the sliding window, tied output, any stored matrix
 // type (dequantized). Independent of Model, GqaAttention and Linear.
+// With a kv_dtype other than f32, each position's K (after RoPE) and V
+// rows are read back as that KV cache type stores them (StoreKvRow then
+// LoadKvRow of the f32-rounded values).
 std::vector<std::vector<double>> ReferenceLogits(
-    const ModelWeights& weights, const std::vector<int32_t>& tokens);
+    const ModelWeights& weights, const std::vector<int32_t>& tokens,
+    DType kv_dtype = DType::kF32);
 
 // ‖got − want‖ / ‖want‖.
 double RelativeError(absl::Span<const float> got,

@@ -48,14 +48,14 @@ std::string GoldenPath(const std::string& family) {
 }
 
 std::unique_ptr<BlockPool> MakePool(const ModelConfig& c, int block_tokens,
-                                    int64_t tokens) {
+                                    int64_t tokens, DType dtype = DType::kF32) {
   return *BlockPool::Create({.n_layers = c.n_layers,
                              .n_kv_heads = c.n_kv_heads,
                              .head_dim = c.head_dim,
                              .block_tokens = block_tokens,
-                             .dtype = DType::kF32,
+                             .dtype = dtype,
                              .capacity_bytes = (tokens + 4 * block_tokens) *
-                                               c.KvBytesPerToken(DType::kF32)});
+                                               c.KvBytesPerToken(dtype)});
 }
 
 // Collects a request's tokens with their top logprobs.
@@ -230,6 +230,39 @@ TEST_P(FamilyTest, ForwardMatchesTheDoubleReference) {
   for (int chunk : {static_cast<int>(seq.size()), 7, 1}) {
     EXPECT_LT(WorstError(*model, pool.get(), seq, chunk, want), 1e-5)
         << GetParam() << " chunk " << chunk;
+  }
+}
+
+// The same over a bf16, q8_0 and q4_0 KV cache, against the reference
+// whose K and V rows are stored the same way: what the cache type changes
+// is only how K and V are kept, and nothing else. (A row the engine and
+// the reference round to different levels, from their f32 and double K,
+// is what the tolerance allows.)
+TEST_P(FamilyTest, ForwardOverAQuantizedKvCacheMatchesTheReference) {
+  const ModelConfig& c = files_.weights->config;
+  const std::vector<int32_t> seq = GoldenSequence();
+  const std::vector<std::vector<double>> f32 =
+      ReferenceLogits(*files_.weights, seq);
+  for (DType dtype : {DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    const std::vector<std::vector<double>> want =
+        ReferenceLogits(*files_.weights, seq, dtype);
+    // The cache type changes the logits: the test can fail.
+    const double shift = RelativeError(
+        std::vector<float>(want.back().begin(), want.back().end()), f32.back());
+    EXPECT_GT(shift, 1e-4) << DTypeName(dtype);
+    std::unique_ptr<BlockPool> pool = MakePool(c, 16, seq.size(), dtype);
+    std::unique_ptr<Model> model =
+        *Model::Create(files_.weights.get(), pool.get());
+    for (int chunk : {static_cast<int>(seq.size()), 7, 1}) {
+      const double err = WorstError(*model, pool.get(), seq, chunk, want);
+      std::printf(
+          "%s kv %s chunk %d: %.3g (the type moves the reference "
+          "%.3g)\n",
+          GetParam().c_str(), std::string(DTypeName(dtype)).c_str(), chunk, err,
+          shift);
+      EXPECT_LT(err, 1e-3) << GetParam() << " kv " << DTypeName(dtype)
+                           << " chunk " << chunk;
+    }
   }
 }
 

@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "core/kv/block_pool.h"
 #include "core/model/loader.h"
@@ -113,6 +114,105 @@ INSTANTIATE_TEST_SUITE_P(
                       "stories260K-q4_0"),
     [](const auto& info) {
       std::string name = info.param;
+      for (char& ch : name) {
+        if (ch == '-') ch = '_';
+      }
+      return name;
+    });
+
+// A quantized KV cache against the same goldens (llama.cpp's, f32 KV), in
+// our own order (not --numerics=llama, which needs an f32 cache): one line
+// per case, the tokens that agree and the worst top-5 difference up to the
+// first that does not, against the golden and against our f32-KV run.
+// These random-weight models turn any change of an activation into
+// 0.1-0.3 of logit (see above: they pass the rule only in llama.cpp's
+// exact order), so a KV cache of 8 bits (0.2-0.4% of an element) moves
+// their logits by 0.1-0.7 and the issue's rule (tokens until a near tie,
+// top-5 within 0.1) does not hold on them; it is reported here, and the
+// arithmetic is held by FamilyTest.ForwardOverAQuantizedKvCacheMatches-
+// TheReference. Asserted: q8_0's first token is the golden's.
+class KvDtypeGoldenTest
+    : public ::testing::TestWithParam<std::tuple<std::string, DType>> {};
+
+TEST_P(KvDtypeGoldenTest, ReportsAgreementWithTheGolden) {
+  const auto& [file, kv_dtype] = GetParam();
+  const std::string dir = kvserve::testing::SharedDir();
+  const std::string model = dir + "/models/quant/" + file + ".gguf";
+  const std::string golden = dir + "/golden/quant/" + file + ".json";
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(golden)) {
+    GTEST_SKIP() << "needs " << model << " and " << golden;
+  }
+  std::optional<testing::ReferenceRun> ref = testing::ReadGoldenRun(golden);
+  ASSERT_TRUE(ref.has_value()) << "cannot read " << golden;
+  absl::StatusOr<LoadedModel> files = LoadModel(ModelAt(model));
+  ASSERT_TRUE(files.ok()) << files.status();
+  const ModelConfig& c = files->weights->config;
+  const int64_t n_ctx = ref->prompt.size() + ref->tokens.size() + 16;
+  auto run = [&](DType dtype) {
+    std::unique_ptr<BlockPool> pool = *BlockPool::Create(
+        {.n_layers = c.n_layers,
+         .n_kv_heads = c.n_kv_heads,
+         .head_dim = c.head_dim,
+         .block_tokens = 16,
+         .dtype = dtype,
+         .capacity_bytes = n_ctx * c.KvBytesPerToken(dtype)});
+    absl::StatusOr<std::unique_ptr<Model>> m =
+        Model::Create(files->weights.get(), pool.get());
+    EXPECT_TRUE(m.ok()) << m.status();
+    return testing::RunGreedy(**m, pool.get(), ref->prompt, ref->tokens.size());
+  };
+  const testing::OurRun ours = run(kv_dtype);
+  ASSERT_TRUE(ours.status.ok()) << ours.status;
+  const testing::OurRun f32 = run(DType::kF32);
+  ASSERT_TRUE(f32.status.ok()) << f32.status;
+  // Steps whose tokens agree, the first that does not (with the
+  // reference's gap there), and the worst top-5 difference up to it.
+  struct Agreement {
+    int steps = 0;
+    double gap = 0, worst = 0;
+  };
+  auto agreement = [&](const testing::ReferenceRun& r) {
+    Agreement a;
+    for (; a.steps < static_cast<int>(r.tokens.size()); ++a.steps) {
+      const std::vector<float>& l = ours.logits[a.steps];
+      const float top = *std::max_element(l.begin(), l.end());
+      for (const auto& [id, logit] : r.top5[a.steps]) {
+        a.worst = std::max<double>(
+            a.worst,
+            std::abs((l[id] - top) - (logit - r.top5[a.steps][0].second)));
+      }
+      if (ours.tokens[a.steps] != r.tokens[a.steps]) {
+        a.gap = r.gap[a.steps];
+        break;
+      }
+    }
+    return a;
+  };
+  const Agreement golden_a = agreement(*ref);
+  const Agreement f32_a = agreement(testing::AsReference(ref->prompt, f32));
+  std::printf(
+      "kv %s on %s: vs golden %d of %zu tokens agree (gap at the first "
+      "other %.3f), worst top-5 %.4f; vs our f32 KV %d agree (gap %.3f), "
+      "worst top-5 %.4f\n",
+      std::string(DTypeName(kv_dtype)).c_str(), file.c_str(), golden_a.steps,
+      ref->tokens.size(), golden_a.gap, golden_a.worst, f32_a.steps, f32_a.gap,
+      f32_a.worst);
+  if (kv_dtype == DType::kQ8_0) {
+    EXPECT_TRUE(golden_a.steps >= 1 || ref->gap[0] < kIssueTol)
+        << file << ": " << ours.tokens[0] << " vs " << ref->tokens[0];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, KvDtypeGoldenTest,
+    ::testing::Combine(::testing::Values("synth-small-f32", "synth-small-q8_0",
+                                         "synth-small-q4_0",
+                                         "synth-small-q4_k_s",
+                                         "synth-small-q6_k"),
+                       ::testing::Values(DType::kQ8_0, DType::kQ4_0)),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_kv_" +
+                         std::string(DTypeName(std::get<1>(info.param)));
       for (char& ch : name) {
         if (ch == '-') ch = '_';
       }
