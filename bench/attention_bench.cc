@@ -3,7 +3,7 @@
 // every K and V once per token) and a oneDNN sgemm for prefill.
 //
 //   attention_bench [--json] [--block_tokens=N] [--quick] [--decode_only]
-//                   [--fused_only]
+//                   [--fused_only] [--hot]
 //
 // Decode runs cold: every call reads a different copy of the batch's KV
 // cache, and the copies together exceed the L3 cache.
@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -22,7 +24,7 @@
 #include "core/attention/gqa_attention.h"
 #include "core/dnnl/context.h"
 #include "core/kv/block_table.h"
-#include "core/util/bf16.h"
+#include "core/kv/kv_rows.h"
 #include "core/util/cpu_features.h"
 
 namespace kvserve {
@@ -35,6 +37,9 @@ constexpr int64_t kL3Bytes = int64_t{32} << 20;
 
 struct Env {
   bool json = false;
+  // --hot: one copy of the KV cache, read again by every call (from the
+  // caches as far as it fits): the kernel's compute rate, not memory's.
+  bool hot = false;
   int threads = 1;
   bench::BandwidthProbe* probe = nullptr;
 };
@@ -59,7 +64,7 @@ class Fixture {
     o.dtype = dtype;
     const int64_t blocks_per_seq = (T + block_tokens - 1) / block_tokens;
     const int64_t block_bytes =
-        2LL * kKvHeads * block_tokens * kHeadDim * DTypeSize(dtype);
+        2LL * kKvHeads * block_tokens * DTypeRowBytes(dtype, kHeadDim);
     const int64_t replica_bytes = batch * blocks_per_seq * block_bytes;
     replicas_ = static_cast<int>(
         std::max<int64_t>(1, (min_bytes + replica_bytes - 1) / replica_bytes));
@@ -88,20 +93,19 @@ class Fixture {
 
  private:
   void Fill(DType dtype) {
-    const int64_t elems =
-        int64_t{kKvHeads} * pool_->options().block_tokens * kHeadDim;
+    const int64_t rows = int64_t{kKvHeads} * pool_->options().block_tokens;
+    const int64_t row_bytes = DTypeRowBytes(dtype, kHeadDim);
     const int32_t n = pool_->num_blocks();
 #pragma omp parallel for schedule(static)
     for (int32_t b = 0; b < n; ++b) {
       std::minstd_rand rng(b + 1);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<float> row(kHeadDim);
       for (void* p : {pool_->KeyBlock(0, b), pool_->ValueBlock(0, b)}) {
-        for (int64_t i = 0; i < elems; ++i) {
-          if (dtype == DType::kF32) {
-            static_cast<float*>(p)[i] = u(rng);
-          } else {
-            static_cast<uint16_t*>(p)[i] = FloatToBf16(u(rng));
-          }
+        for (int64_t r = 0; r < rows; ++r) {
+          for (float& x : row) x = u(rng);
+          StoreKvRow(dtype, row.data(), kHeadDim,
+                     static_cast<char*>(p) + r * row_bytes);
         }
       }
     }
@@ -154,7 +158,8 @@ absl::StatusOr<DecodeResult> TimeDecode(const Env& env, const Fixture& f,
   const std::vector<float> q =
       RandomVector(int64_t{batch} * kHeads * kHeadDim, 7);
   std::vector<float> out(q.size());
-  const double bytes = 2.0 * batch * T * kKvHeads * kHeadDim * DTypeSize(dtype);
+  const double bytes =
+      2.0 * batch * T * kKvHeads * DTypeRowBytes(dtype, kHeadDim);
   auto call = [&](int64_t i) {
     attention->GqaDecode(0, f.views(i), q.data(), out.data());
   };
@@ -247,23 +252,66 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only,
     }
   }
   if (sweep_only) return;
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  // Median us per call of the fused path, by (dtype, batch, T): the KV
+  // types' summary below.
+  std::map<std::tuple<DType, int, int64_t>, double> fused_us;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (int batch : {1, 8}) {
-      for (int64_t T : {512, 4096, 32768}) {
+      for (int64_t T : {512, 4096, 8192, 32768}) {
         if (quick && T == 32768 && batch == 8) continue;
         if (decode_only && T < 4096) continue;
-        Fixture f(dtype, block_tokens, batch, T, 3 * kL3Bytes);
+        Fixture f(dtype, block_tokens, batch, T, env.hot ? 0 : 3 * kL3Bytes);
         for (AttentionPath path :
              {AttentionPath::kFused, AttentionPath::kOneDnn,
               AttentionPath::kLlamaOrder}) {
           if (fused_only && path != AttentionPath::kFused) continue;
-          // llama.cpp's order (kAuto's choice for f32): f32 caches only.
-          if (path == AttentionPath::kLlamaOrder && dtype != DType::kF32) {
+          // llama.cpp's order (kAuto's choice for f32): f32 caches only;
+          // oneDNN cannot read q8_0 / q4_0 blocks.
+          if ((path == AttentionPath::kLlamaOrder && dtype != DType::kF32) ||
+              (path == AttentionPath::kOneDnn && IsBlockQuantized(dtype))) {
             continue;
           }
-          PrintDecode(env, "decode", path, dtype, batch, T, block_tokens,
-                      TimeDecode(env, f, path, batch, T, dtype));
+          const absl::StatusOr<DecodeResult> r =
+              TimeDecode(env, f, path, batch, T, dtype);
+          PrintDecode(env, "decode", path, dtype, batch, T, block_tokens, r);
+          if (path == AttentionPath::kFused && r.ok()) {
+            fused_us[{dtype, batch, T}] = r->us;
+          }
         }
+      }
+    }
+  }
+  // How much faster a smaller KV type makes the kernel than bf16, in the
+  // same run (the goal for q8_0 at 8k: >= 1.8x).
+  if (!env.json) {
+    std::printf(
+        "\nfused decode, speed vs bf16 (bf16 us / type us)\n%5s %6s %6s %6s "
+        "%6s\n",
+        "batch", "T", "f32", "q8_0", "q4_0");
+  }
+  for (int batch : {1, 8}) {
+    for (int64_t T : {4096, 8192, 32768}) {
+      auto bf16 = fused_us.find({DType::kBF16, batch, T});
+      if (bf16 == fused_us.end()) continue;
+      double vs[3] = {0, 0, 0};
+      const DType types[3] = {DType::kF32, DType::kQ8_0, DType::kQ4_0};
+      for (int i = 0; i < 3; ++i) {
+        auto it = fused_us.find({types[i], batch, T});
+        if (it != fused_us.end()) vs[i] = bf16->second / it->second;
+      }
+      if (env.json) {
+        std::printf("%s\n", bench::JsonLine()
+                                .Add("kind", "kv_types_vs_bf16")
+                                .Add("batch", batch)
+                                .Add("T", T)
+                                .Add("f32", vs[0])
+                                .Add("q8_0", vs[1])
+                                .Add("q4_0", vs[2])
+                                .str()
+                                .c_str());
+      } else {
+        std::printf("%5d %6lld %6.2f %6.2f %6.2f\n", batch,
+                    static_cast<long long>(T), vs[0], vs[1], vs[2]);
       }
     }
   }
@@ -343,6 +391,7 @@ int main(int argc, char** argv) {
   using namespace kvserve;
   Env env;
   env.json = bench::HasFlag(argc, argv, "--json");
+  env.hot = bench::HasFlag(argc, argv, "--hot");
   const bool quick = bench::HasFlag(argc, argv, "--quick");
   const int block_tokens = static_cast<int>(bench::IntFlag(
       argc, argv, "--block_tokens", BlockPoolOptions{}.block_tokens));

@@ -25,9 +25,10 @@ int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens) {
   constexpr int kMaxW = 16;
   const int64_t bt_pad = (block_tokens + kMaxW - 1) / kMaxW * kMaxW;
   // The largest layout, avx512bf16's: scores, accumulators, alpha, bf16
-  // probabilities, bf16 queries, one zero-padded bf16 tile.
+  // probabilities, bf16 queries, one zero-padded bf16 tile; and the block
+  // types' K and V scales (2 per 32 elements of a row).
   return kv_mul * (bt_pad + head_dim + 1 + bt_pad / 2 + head_dim / 2 + 1) +
-         int64_t{kMaxW} * head_dim;
+         int64_t{kMaxW} * head_dim + 2 * bt_pad * (head_dim / 32 + 1);
 }
 
 namespace {
@@ -397,9 +398,9 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     const uint16_t* k = reinterpret_cast<const uint16_t*>(k_base + at);
     const uint16_t* v = reinterpret_cast<const uint16_t*>(v_base + at);
     for (int t0 = 0; t0 < n; t0 += kW) {
-      avx512::Prefetch(a, int64_t{i} * bt + t0 + a.prefetch_tokens, kW,
-                       head_dim * int64_t{2});
       const int nt = std::min(kW, n - t0);
+      avx512::PrefetchForTile(a, i, t0, nt, n, reinterpret_cast<const char*>(v),
+                              head_dim * int64_t{2});
       const uint16_t* rows = k + int64_t{t0} * head_dim;
       if (nt < kW) {
         std::copy(rows, rows + nt * head_dim, kpad);
@@ -449,6 +450,182 @@ inline DecodeKernel Select(int head_dim) {
 }  // namespace avx512bf16
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+namespace avx512vnni {
+
+// A q8_0 cache with AVX512_VNNI integer dot products for the scores: the
+// query rows are quantized as K is (blocks of 32, one scale each), and
+// q·k = Σ_blocks d_q·d_k·Σ q_i·k_i with the inner sums on 64 int8 pairs
+// per instruction (vpdpbusd multiplies unsigned by signed bytes: K's codes
+// are read as k + 128, and each lane starts at −128·Σ its query codes).
+// K is never widened to floats; V is, as in avx512 (PvRows), with its
+// block scales applied in registers.
+using avx512::BlockScales;
+using avx512::Exp2InPlace;
+using avx512::Load;
+using avx512::MaxOf;
+using avx512::PrefetchForTile;
+using avx512::PvRows;
+using avx512::Set1;
+using avx512::Store;
+using avx512::SumsOfW;
+using avx512::V;
+using avx512::Zero;
+constexpr int kW = 16;
+constexpr int kBlockBytes = 34;
+
+// Per head and 64-element chunk c of the query: its 64 codes, the scales
+// of its two blocks as lanes (0-7 block 2c, 8-15 block 2c + 1), and the
+// lanes' starting values −128·Σ of their 4 codes.
+struct QueryCodes {
+  int8_t* codes;   // [kv_mul][head_dim]
+  float* scales;   // [kv_mul][head_dim / 64][16]
+  int32_t* start;  // [kv_mul][head_dim / 64][16]
+};
+
+inline void QuantizeQuery(const float* q, int kv_mul, int head_dim,
+                          QueryCodes out) {
+  const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int h = 0; h < kv_mul; ++h) {
+    for (int c = 0; c < head_dim / 64; ++c) {
+      const float* x = q + h * head_dim + c * 64;
+      float d[2];
+      for (int b = 0; b < 2; ++b) {
+        const __m512 x0 = _mm512_and_ps(Load(x + 32 * b), sign_off);
+        const __m512 x1 = _mm512_and_ps(Load(x + 32 * b + 16), sign_off);
+        d[b] = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1)) / 127.0f;
+        const __m512 id = Set1(d[b] != 0.0f ? 1.0f / d[b] : 0.0f);
+        for (int k = 0; k < 2; ++k) {
+          const __m512i v =
+              _mm512_cvtps_epi32(_mm512_mul_ps(Load(x + 32 * b + 16 * k), id));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(out.codes + h * head_dim +
+                                                      c * 64 + 32 * b + 16 * k),
+                           _mm512_cvtsepi32_epi8(v));
+        }
+      }
+      const int at = (h * (head_dim / 64) + c) * 16;
+      Store(out.scales + at,
+            _mm512_mask_blend_ps(0xff00, Set1(d[0]), Set1(d[1])));
+      const __m512i codes =
+          _mm512_loadu_si512(out.codes + h * head_dim + c * 64);
+      _mm512_storeu_si512(
+          out.start + at,
+          _mm512_sub_epi32(_mm512_setzero_si512(),
+                           _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                               _mm512_set1_epi8(-128), codes)));
+    }
+  }
+}
+
+template <int kNc>
+void DecodeBlocks(const DecodeArgs& a, PartialState st) {
+  const int head_dim = a.head_dim;
+  const int kv_mul = a.kv_mul;
+  const int bt = a.block_tokens;
+  const int bt_pad = (bt + kW - 1) / kW * kW;
+  const int nc = kNc > 0 ? kNc : head_dim / 64;
+  const int nb = head_dim / 32;
+  const int64_t row_bytes = int64_t{nb} * kBlockBytes;
+  float* s = a.scratch;                         // [kv_mul][bt_pad]
+  float* alpha = s + int64_t{kv_mul} * bt_pad;  // [kv_mul]
+  float* ks = alpha + kv_mul;                   // [bt][nb]
+  float* vs = ks + int64_t{bt} * nb;            // [bt][nb]
+  float* dk = vs + int64_t{bt} * nb;            // [kW][nc][16]
+  float* qscales = dk + int64_t{kW} * nc * 16;  // [kv_mul][nc][16]
+  int32_t* qstart = reinterpret_cast<int32_t*>(qscales + kv_mul * nc * 16);
+  uint8_t* kcodes =
+      reinterpret_cast<uint8_t*>(qstart + kv_mul * nc * 16);  // [kW][hd]
+  int8_t* qcodes = reinterpret_cast<int8_t*>(kcodes + kW * head_dim);
+  const char* k_base = static_cast<const char*>(a.k_base);
+  const char* v_base = static_cast<const char*>(a.v_base);
+
+  QuantizeQuery(a.q, kv_mul, head_dim, QueryCodes{qcodes, qscales, qstart});
+  for (int h = 0; h < kv_mul; ++h) {
+    st.m[h] = -INFINITY;
+    st.l[h] = 0.0f;
+  }
+  std::fill(st.acc, st.acc + int64_t{kv_mul} * head_dim, 0.0f);
+  const __m512i flip = _mm512_set1_epi8(-128);
+
+  for (int i = 0; i < a.n_blocks; ++i) {
+    const int skip = i == 0 ? a.first_block_skip : 0;
+    const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
+    const int64_t at = a.blocks[i] * a.block_stride + skip * row_bytes;
+    const char* k = k_base + at;
+    const char* v = v_base + at;
+    BlockScales<DType::kQ8_0>(k, n, head_dim, ks);
+    for (int t0 = 0; t0 < n; t0 += kW) {
+      const int nt = std::min(kW, n - t0);
+      PrefetchForTile(a, i, t0, nt, n, v, row_bytes);
+      // The tile's K codes as k + 128, 64 per chunk, and its scales as
+      // lanes; rows past n are zeros (code 128, scale 0).
+      for (int t = 0; t < kW; ++t) {
+        for (int c = 0; c < nc; ++c) {
+          __m512i codes = flip;
+          V scales = Zero();
+          if (t < nt) {
+            const char* b0 = k + (t0 + t) * row_bytes + 2 * c * kBlockBytes;
+            codes = _mm512_xor_si512(
+                flip, _mm512_inserti64x4(
+                          _mm512_castsi256_si512(_mm256_loadu_si256(
+                              reinterpret_cast<const __m256i*>(b0 + 2))),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                              b0 + kBlockBytes + 2)),
+                          1));
+            const float* kst = ks + (t0 + t) * nb + 2 * c;
+            scales = _mm512_mask_blend_ps(0xff00, Set1(kst[0]), Set1(kst[1]));
+          }
+          _mm512_storeu_si512(kcodes + t * head_dim + c * 64, codes);
+          Store(dk + (t * nc + c) * 16, scales);
+        }
+      }
+      for (int h = 0; h < kv_mul; ++h) {
+        V acc[kW];
+#pragma GCC unroll 16
+        for (int t = 0; t < kW; ++t) acc[t] = Zero();
+        for (int c = 0; c < nc; ++c) {
+          const int qa = (h * nc + c) * 16;
+          const __m512i qv = _mm512_loadu_si512(qcodes + h * head_dim + c * 64);
+          const __m512i start = _mm512_loadu_si512(qstart + qa);
+          const V qd = Load(qscales + qa);
+#pragma GCC unroll 16
+          for (int t = 0; t < kW; ++t) {
+            const __m512i dot = _mm512_dpbusd_epi32(
+                start, _mm512_loadu_si512(kcodes + t * head_dim + c * 64), qv);
+            acc[t] = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(dot),
+                _mm512_mul_ps(Load(dk + (t * nc + c) * 16), qd), acc[t]);
+          }
+        }
+        Store(s + h * bt_pad + t0, SumsOfW(acc));
+      }
+    }
+    for (int h = 0; h < kv_mul; ++h) {
+      float* sh = s + h * bt_pad;
+      const float m_new = std::max(st.m[h], MaxOf(sh, n));
+      alpha[h] = Exp2(st.m[h] - m_new);
+      st.l[h] = st.l[h] * alpha[h] + Exp2InPlace(sh, n, bt_pad, m_new);
+      st.m[h] = m_new;
+    }
+    // V's scales once the K pass has prefetched its rows.
+    BlockScales<DType::kQ8_0>(v, n, head_dim, vs);
+    PvRows<DType::kQ8_0, 4>(v, row_bytes, vs, n, head_dim, kv_mul, s, bt_pad,
+                            alpha, st.acc);
+  }
+}
+
+inline DecodeKernel Select(int head_dim) {
+  if (head_dim % 64 != 0) return nullptr;
+  if (head_dim == 64) return &DecodeBlocks<1>;
+  if (head_dim == 128) return &DecodeBlocks<2>;
+  return &DecodeBlocks<0>;
+}
+
+}  // namespace avx512vnni
+#pragma GCC pop_options
+
 Isa BestIsa() {
   const CpuFeatures& cpu = Cpu();
   if (cpu.avx512() && cpu.avx2_fma()) {
@@ -475,6 +652,9 @@ DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim) {
   DecodeKernel k = nullptr;
   if (isa == Isa::kAvx512Bf16 && dtype == DType::kBF16) {
     k = avx512bf16::Select(head_dim);
+  }
+  if (isa >= Isa::kAvx512 && dtype == DType::kQ8_0 && Cpu().avx512_vnni) {
+    k = avx512vnni::Select(head_dim);
   }
   if (k == nullptr && isa >= Isa::kAvx512) k = avx512::Select(dtype, head_dim);
   if (k == nullptr && isa >= Isa::kAvx2) k = avx2::Select(dtype, head_dim);

@@ -222,6 +222,16 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
             j + 1 == run0.n_blocks ? run0.last_block_tokens : block_tokens;
         args.first_block_skip = j == 0 ? run0.first_block_skip : 0;
         for (int g = 0; g < n_kv_heads; ++g) {
+          // What the loop reads next: the next group's K in this block,
+          // else the first group's in the chunk's next block.
+          int64_t next = -1;  // its offset from the layer's base
+          if (g + 1 < n_kv_heads) {
+            next = args.blocks[0] * BlockStride() + (g + 1) * GroupBytes();
+          } else if (j + 1 < run0.n_blocks) {
+            next = args.blocks[1] * BlockStride();
+          }
+          args.next_k = next < 0 ? nullptr : k_base + next;
+          args.next_v = next < 0 ? nullptr : v_base + next;
           const int64_t r = first_run[int64_t{seq} * n_kv_heads + g] + idx;
           const float* qg = q + seq * row + g * group_floats;
           for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;

@@ -23,7 +23,7 @@ enum class DType { kF32, kBF16, kQ8_0, kQ4_0 };
 // Elements per block of a block-quantized type.
 inline constexpr int kDTypeBlockElems = 32;
 
-inline bool IsBlockQuantized(DType t) {
+constexpr bool IsBlockQuantized(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0;
 }
 
