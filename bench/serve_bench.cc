@@ -17,10 +17,14 @@
 //       throttling, to show the trade-off (not a target);
 //   (e) n = 4 choices of a 1,536-token prompt in one request (one prefill,
 //       the choices forked from it) against one choice alone and against
-//       four concurrent one-choice requests of the same prompt.
+//       four concurrent one-choice requests of the same prompt;
+//   (f) per KV type (bf16, q8_0, q4_0), on servers of one KV budget: how
+//       many sessions of a 500-token history stay in RAM, per GiB of the
+//       budget, and each type's count over bf16's.
 //
-//   serve_bench [--json] [--weight_dtype=bf16|f32] [--kv_dtype=f32|bf16]
-//               [--verbose] [--only_choices]
+//   serve_bench [--json] [--weight_dtype=bf16|f32]
+//               [--kv_dtype=f32|bf16|q8_0|q4_0] [--verbose]
+//               [--only_choices] [--only_kv_types]
 //
 // With --json, one JSON object per case, then the summary as the last line.
 // Tokens are random ids (not text), greedy, with EOS ignored.
@@ -142,6 +146,52 @@ absl::StatusOr<std::string> NewSession(Client& client,
   absl::StatusOr<v1::Session> s = client.CreateSession(request, kCallOptions);
   if (!s.ok()) return s.status();
   return s->session_id();
+}
+
+// (f) Sessions of kHeldTokens each are created on a server whose KV budget
+// is `budget` bytes until it holds no more of them in RAM (a new one's KV
+// drops the least recently used one's): the most held at once.
+constexpr int kHeldTokens = 500;
+struct KvCapacity {
+  int64_t bytes_per_token = 0;
+  int64_t capacity_bytes = 0;
+  int held = 0;
+};
+
+absl::StatusOr<KvCapacity> RunKvCapacity(Env& env, const std::string& model,
+                                         const std::string& dtype,
+                                         int64_t budget, bool verbose) {
+  absl::StatusOr<std::unique_ptr<bench::KvserveProcess>> server =
+      bench::KvserveProcess::Start({"--model=" + model, "--kv_dtype=" + dtype,
+                                    absl::StrCat("--kv_cache_bytes=", budget)},
+                                   absl::Seconds(120), verbose);
+  if (!server.ok()) return server.status();
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect((*server)->grpc_address());
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ModelInfo> info = (*client)->GetModelInfo();
+  if (!info.ok()) return info.status();
+  KvCapacity out;
+  out.bytes_per_token = info->kv_bytes_per_token();
+  out.capacity_bytes = info->kv_cache_capacity_bytes();
+  const int64_t bound =
+      out.capacity_bytes / (int64_t{kHeldTokens} * out.bytes_per_token) + 4;
+  for (int created = 1; created <= bound; ++created) {
+    absl::StatusOr<std::string> id =
+        NewSession(**client, env.Tokens(kHeldTokens));
+    if (!id.ok()) return id.status();
+    absl::StatusOr<v1::ListSessionsResponse> list =
+        (*client)->ListSessions({}, kCallOptions);
+    if (!list.ok()) return list.status();
+    int in_ram = 0;
+    for (const v1::Session& session : list->sessions()) {
+      if (session.tier() == "ram") ++in_ram;
+    }
+    out.held = std::max(out.held, in_ram);
+    if (in_ram < created) break;
+  }
+  (*server)->Stop();
+  return out;
 }
 
 void Print(const Env& env, const bench::JsonLine& json,
@@ -452,9 +502,8 @@ int Main(int argc, char** argv) {
   if (absl::Status s = bench::WriteBenchModel(mo, model); !s.ok()) {
     return fail(s);
   }
-  const std::string kv_flag = bench::HasFlag(argc, argv, "--kv_dtype=bf16")
-                                  ? "--kv_dtype=bf16"
-                                  : "--kv_dtype=f32";
+  const std::string kv_flag =
+      "--kv_dtype=" + bench::StringFlag(argc, argv, "--kv_dtype", "f32");
   bench::BandwidthProbe probe;
   absl::StatusOr<std::unique_ptr<bench::KvserveProcess>> server =
       bench::KvserveProcess::Start({"--model=" + model, kv_flag},
@@ -483,6 +532,46 @@ int Main(int argc, char** argv) {
   bench::JsonLine summary;
   summary.Add("kind", "summary");
   summary.Add("isa", info->isa());
+  // (f) first: --only_kv_types runs it alone. One budget for every type:
+  // about 8 bf16 sessions' KV.
+  {
+    const int64_t budget = int64_t{8} * 4 * 128 * 2 * info->n_layers() *
+                           info->n_kv_heads() * info->head_dim() * 2;
+    int held_bf16 = 0;
+    for (const std::string dtype : {"bf16", "q8_0", "q4_0"}) {
+      absl::StatusOr<KvCapacity> c =
+          RunKvCapacity(env, model, dtype, budget, verbose);
+      if (!c.ok()) return fail(c.status());
+      if (dtype == "bf16") held_bf16 = c->held;
+      const double per_gib =
+          c->held / (static_cast<double>(c->capacity_bytes) / (1 << 30));
+      const double vs_bf16 = static_cast<double>(c->held) / held_bf16;
+      Print(env,
+            bench::JsonLine()
+                .Add("kind", "kv_capacity")
+                .Add("kv_dtype", dtype)
+                .Add("bytes_per_token", c->bytes_per_token)
+                .Add("capacity_bytes", c->capacity_bytes)
+                .Add("history_tokens", kHeldTokens)
+                .Add("sessions_in_ram", c->held)
+                .Add("sessions_per_gib", per_gib)
+                .Add("over_bf16", vs_bf16),
+            absl::StrFormat("(f) KV %-4s %5lld bytes/token: %3d sessions of "
+                            "%d tokens in RAM in %lld bytes = %7.1f per GiB, "
+                            "%4.2fx bf16",
+                            dtype, static_cast<long long>(c->bytes_per_token),
+                            c->held, kHeldTokens,
+                            static_cast<long long>(c->capacity_bytes), per_gib,
+                            vs_bf16));
+      summary.Add(absl::StrCat("sessions_in_ram_", dtype, "_over_bf16"),
+                  vs_bf16);
+    }
+  }
+  if (bench::HasFlag(argc, argv, "--only_kv_types")) {
+    (*server)->Stop();
+    if (env.json) std::printf("%s\n", summary.str().c_str());
+    return 0;
+  }
   // (e) first: --only_choices runs it alone.
   absl::StatusOr<ChoicesResult> choices = RunChoices(env);
   if (!choices.ok()) return fail(choices.status());
