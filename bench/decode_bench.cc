@@ -4,6 +4,12 @@
 //
 //   decode_bench [--json] [--rounds=N] [--types=f16,bf16,...] [--quick]
 //                [--gemv_max_rows=N] [--no_avx2] [--prefill_paths]
+//                [--kv_types [--kv_cached=N]]
+//
+// --kv_types: instead, a 1B-parameter shape (16 layers, dim 2048, 32 / 8
+// heads of 64, ffn 8192, DeepSeek LLM's 102,400-token vocabulary) in
+// Q4_K_M decodes one token after N cached positions (default 16384) over
+// a bf16, q8_0, q4_0 and f32 KV cache: each type's step time over bf16's.
 //
 // The model is made here (bench/util BenchModelOptions with 8 layers: dim
 // 1024, 16 heads / 4 KV heads, hidden 2816, 91 M parameters), once per
@@ -67,6 +73,7 @@ struct Env {
   bool team = true;  // ModelOptions::decode_in_team
   bench::BandwidthProbe* probe = nullptr;
   double sgemm_gflops = 0;
+  DType kv_dtype = DType::kBF16;
 };
 
 // Writes T positions of random K/V into `table` (all layers).
@@ -132,12 +139,13 @@ void Print(const Env& env, const Row& r) {
 }
 
 absl::StatusOr<std::unique_ptr<BlockPool>> MakePool(const ModelConfig& c,
-                                                    int64_t tokens) {
+                                                    int64_t tokens,
+                                                    DType dtype) {
   BlockPoolOptions po;
   po.n_layers = c.n_layers;
   po.n_kv_heads = c.n_kv_heads;
   po.head_dim = c.head_dim;
-  po.dtype = DType::kBF16;
+  po.dtype = dtype;
   po.capacity_bytes =
       (tokens + 4 * po.block_tokens) * c.KvBytesPerToken(po.dtype);
   return BlockPool::Create(po);
@@ -148,7 +156,7 @@ absl::StatusOr<Row> Decode(const Env& env, const ModelWeights& w,
                            const std::string& type, int batch, int64_t T) {
   const ModelConfig& c = w.config;
   absl::StatusOr<std::unique_ptr<BlockPool>> pool =
-      MakePool(c, batch * (T + 1) + batch * 128);
+      MakePool(c, batch * (T + 1) + batch * 128, env.kv_dtype);
   if (!pool.ok()) return pool.status();
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(
       &w, pool->get(),
@@ -179,7 +187,7 @@ absl::StatusOr<Row> Decode(const Env& env, const ModelWeights& w,
   step();
   const int64_t regions = bench::OmpRegionCount() - regions0;
   const int64_t bytes = bench::DecodeWeightBytes(w) +
-                        batch * (T + 1) * c.KvBytesPerToken(DType::kBF16);
+                        batch * (T + 1) * c.KvBytesPerToken(env.kv_dtype);
   std::vector<double> step_s, roofline_s;
   for (int round = 0; round < env.rounds; ++round) {
     roofline_s.push_back(bytes / (env.probe->MeasureGbps(1) * 1e9));
@@ -210,7 +218,7 @@ absl::StatusOr<Row> Prefill(const Env& env, const ModelWeights& w,
                             const std::string& type) {
   const ModelConfig& c = w.config;
   absl::StatusOr<std::unique_ptr<BlockPool>> pool =
-      MakePool(c, kPrefillChunk + 16);
+      MakePool(c, kPrefillChunk + 16, env.kv_dtype);
   if (!pool.ok()) return pool.status();
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(
       &w, pool->get(),
@@ -266,7 +274,8 @@ absl::StatusOr<Row> Prefill(const Env& env, const ModelWeights& w,
 absl::Status ComparePrefillPaths(const Env& env, const ModelWeights& w,
                                  const std::string& type, int64_t rows) {
   const ModelConfig& c = w.config;
-  absl::StatusOr<std::unique_ptr<BlockPool>> pool = MakePool(c, rows + 16);
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool =
+      MakePool(c, rows + 16, env.kv_dtype);
   if (!pool.ok()) return pool.status();
   std::unique_ptr<Model> models[2];
   for (int i = 0; i < 2; ++i) {
@@ -313,6 +322,65 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// --kv_types: the 1B shape's decode step over each KV type.
+int RunKvTypes(Env& env, const std::string& dir, int64_t cached) {
+  RandomModelOptions mo;
+  mo.n_layers = 16;
+  mo.dim = 2048;
+  mo.n_heads = 32;
+  mo.n_kv_heads = 8;
+  mo.hidden_dim = 8192;
+  mo.context_length = static_cast<int>(cached + 256);
+  mo.dtype = "q4_k_m";
+  mo.vocab_from =
+      std::string(KVSERVE_SHARED_DIR) + "/vocab/ggml-vocab-deepseek-llm.gguf";
+  mo.name = "kvserve-bench-1b";
+  const std::string path = dir + "/1b-q4_k_m.gguf";
+  if (absl::Status s = bench::WriteBenchModel(mo, path); !s.ok()) {
+    return Fail(s);
+  }
+  absl::StatusOr<LoadedModel> loaded = LoadModel(ModelAt(path));
+  if (!loaded.ok()) return Fail(loaded.status());
+  const ModelConfig& c = loaded->weights->config;
+  if (!env.json) {
+    std::printf(
+        "1B shape, Q4_K_M (%.0f MB of weights read per step), vocabulary "
+        "%d, %lld cached positions, batch 1; %s\n%-7s %12s %8s %8s %8s %6s "
+        "%8s\n",
+        bench::DecodeWeightBytes(*loaded->weights) / 1e6, c.vocab_size,
+        static_cast<long long>(cached), CpuSummary().c_str(), "kv",
+        "KV MB/step", "ms", "tok/s", "limit", "ratio", "vs bf16");
+  }
+  double bf16_ms = 0;
+  for (DType kv : {DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kF32}) {
+    env.kv_dtype = kv;
+    absl::StatusOr<Row> r = Decode(env, *loaded->weights, "q4_k_m", 1, cached);
+    if (!r.ok()) return Fail(r.status());
+    if (kv == DType::kBF16) bf16_ms = r->ms;
+    const double kv_mb = (cached + 1) * c.KvBytesPerToken(kv) / 1e6;
+    if (env.json) {
+      std::printf("%s\n", bench::JsonLine()
+                              .Add("kind", "kv_type_decode")
+                              .Add("isa", IsaLevelName(EffectiveIsa()))
+                              .Add("kv_dtype", DTypeName(kv))
+                              .Add("cached_tokens", cached)
+                              .Add("kv_bytes", kv_mb * 1e6)
+                              .Add("ms", r->ms)
+                              .Add("limit_ms", r->limit)
+                              .Add("ratio", r->ratio)
+                              .Add("speed_over_bf16", bf16_ms / r->ms)
+                              .str()
+                              .c_str());
+    } else {
+      std::printf("%-7s %12.1f %8.2f %8.2f %8.2f %6.2f %8.2f\n",
+                  std::string(DTypeName(kv)).c_str(), kv_mb, r->ms, 1e3 / r->ms,
+                  r->limit, r->ratio, bf16_ms / r->ms);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   Env env;
   env.json = bench::HasFlag(argc, argv, "--json");
@@ -336,6 +404,10 @@ int Main(int argc, char** argv) {
   mo.n_layers = 8;
   bench::BandwidthProbe probe;
   env.probe = &probe;
+  if (bench::HasFlag(argc, argv, "--kv_types")) {
+    return RunKvTypes(env, dir->path(),
+                      bench::IntFlag(argc, argv, "--kv_cached", 16384));
+  }
   env.sgemm_gflops = bench::MeasureSgemmGflops(kPrefillChunk, 2816, 1024);
   if (!env.json && !child) {
     std::printf(
