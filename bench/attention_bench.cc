@@ -3,7 +3,7 @@
 // every K and V once per token) and a oneDNN sgemm for prefill.
 //
 //   attention_bench [--json] [--block_tokens=N] [--quick] [--decode_only]
-//                   [--fused_only] [--hot]
+//                   [--fused_only] [--hot] [--head_dim=N]
 //
 // Decode runs cold: every call reads a different copy of the batch's KV
 // cache, and the copies together exceed the L3 cache.
@@ -32,7 +32,8 @@ namespace {
 
 constexpr int kHeads = 32;
 constexpr int kKvHeads = 8;
-constexpr int kHeadDim = 128;
+// --head_dim (default 128).
+int g_head_dim = 128;
 constexpr int64_t kL3Bytes = int64_t{32} << 20;
 
 struct Env {
@@ -59,12 +60,12 @@ class Fixture {
     BlockPoolOptions o;
     o.n_layers = 1;
     o.n_kv_heads = kKvHeads;
-    o.head_dim = kHeadDim;
+    o.head_dim = g_head_dim;
     o.block_tokens = block_tokens;
     o.dtype = dtype;
     const int64_t blocks_per_seq = (T + block_tokens - 1) / block_tokens;
     const int64_t block_bytes =
-        2LL * kKvHeads * block_tokens * DTypeRowBytes(dtype, kHeadDim);
+        2LL * kKvHeads * block_tokens * DTypeRowBytes(dtype, g_head_dim);
     const int64_t replica_bytes = batch * blocks_per_seq * block_bytes;
     replicas_ = static_cast<int>(
         std::max<int64_t>(1, (min_bytes + replica_bytes - 1) / replica_bytes));
@@ -94,17 +95,17 @@ class Fixture {
  private:
   void Fill(DType dtype) {
     const int64_t rows = int64_t{kKvHeads} * pool_->options().block_tokens;
-    const int64_t row_bytes = DTypeRowBytes(dtype, kHeadDim);
+    const int64_t row_bytes = DTypeRowBytes(dtype, g_head_dim);
     const int32_t n = pool_->num_blocks();
 #pragma omp parallel for schedule(static)
     for (int32_t b = 0; b < n; ++b) {
       std::minstd_rand rng(b + 1);
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      std::vector<float> row(kHeadDim);
+      std::vector<float> row(g_head_dim);
       for (void* p : {pool_->KeyBlock(0, b), pool_->ValueBlock(0, b)}) {
         for (int64_t r = 0; r < rows; ++r) {
           for (float& x : row) x = u(rng);
-          StoreKvRow(dtype, row.data(), kHeadDim,
+          StoreKvRow(dtype, row.data(), g_head_dim,
                      static_cast<char*>(p) + r * row_bytes);
         }
       }
@@ -156,10 +157,10 @@ absl::StatusOr<DecodeResult> TimeDecode(const Env& env, const Fixture& f,
   if (!created.ok()) return created.status();
   std::unique_ptr<GqaAttention> attention = *std::move(created);
   const std::vector<float> q =
-      RandomVector(int64_t{batch} * kHeads * kHeadDim, 7);
+      RandomVector(int64_t{batch} * kHeads * g_head_dim, 7);
   std::vector<float> out(q.size());
   const double bytes =
-      2.0 * batch * T * kKvHeads * DTypeRowBytes(dtype, kHeadDim);
+      2.0 * batch * T * kKvHeads * DTypeRowBytes(dtype, g_head_dim);
   auto call = [&](int64_t i) {
     attention->GqaDecode(0, f.views(i), q.data(), out.data());
   };
@@ -319,24 +320,25 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only,
 
 void RunPrefill(const Env& env, int block_tokens) {
   constexpr int64_t kChunk = 512;
-  const double sgemm = bench::MeasureSgemmGflops(kChunk, kChunk, kHeadDim);
+  const double sgemm = bench::MeasureSgemmGflops(kChunk, kChunk, g_head_dim);
   if (!env.json) {
     std::printf(
         "\nprefill of a %lld-token chunk; oneDNN sgemm %lldx%lldx%d: %.1f "
         "GFLOP/s\n%-7s %-7s %6s %10s %9s %6s\n",
         static_cast<long long>(kChunk), static_cast<long long>(kChunk),
-        static_cast<long long>(kChunk), kHeadDim, sgemm, "path", "dtype",
+        static_cast<long long>(kChunk), g_head_dim, sgemm, "path", "dtype",
         "start", "us/call", "GFLOP/s", "ratio");
   }
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int64_t start : {int64_t{0}, int64_t{3584}}) {
       Fixture f(dtype, block_tokens, 1, start + kChunk, 0);
-      const std::vector<float> q = RandomVector(kChunk * kHeads * kHeadDim, 11);
+      const std::vector<float> q =
+          RandomVector(kChunk * kHeads * g_head_dim, 11);
       std::vector<float> out(q.size());
       // QKᵀ and PV over the causal context of every row.
       double flops = 0;
       for (int64_t i = 0; i < kChunk; ++i) {
-        flops += 4.0 * kHeads * kHeadDim * (start + i + 1);
+        flops += 4.0 * kHeads * g_head_dim * (start + i + 1);
       }
       for (AttentionPath path : {AttentionPath::kFused, AttentionPath::kOneDnn,
                                  AttentionPath::kLlamaOrder}) {
@@ -392,6 +394,7 @@ int main(int argc, char** argv) {
   Env env;
   env.json = bench::HasFlag(argc, argv, "--json");
   env.hot = bench::HasFlag(argc, argv, "--hot");
+  g_head_dim = static_cast<int>(bench::IntFlag(argc, argv, "--head_dim", 128));
   const bool quick = bench::HasFlag(argc, argv, "--quick");
   const int block_tokens = static_cast<int>(bench::IntFlag(
       argc, argv, "--block_tokens", BlockPoolOptions{}.block_tokens));
@@ -417,8 +420,9 @@ int main(int argc, char** argv) {
         "over 1 GiB): %.1f "
         "GB/s; re-measured beside every decode case (bw column), which its "
         "ratio uses\n",
-        kHeads, kKvHeads, kHeadDim, env.threads, bench::OmpWaitPolicy().c_str(),
-        CpuSummary().c_str(), DnnlIsaName().c_str(), bandwidth);
+        kHeads, kKvHeads, g_head_dim, env.threads,
+        bench::OmpWaitPolicy().c_str(), CpuSummary().c_str(),
+        DnnlIsaName().c_str(), bandwidth);
   }
   const bool sweep_only = bench::HasFlag(argc, argv, "--sweep_only");
   // --decode_only: the decode cases with T >= 4096 only (no block sweep, no

@@ -159,7 +159,7 @@ inline V Exp2V(V x) {
   return _mm256_mul_ps(p, scale);
 }
 // Lane t = Σ lanes of a[t].
-inline V SumsOfW(const V* a) {
+__attribute__((always_inline)) inline V SumsOfW(const V* a) {
   const V t0 = _mm256_hadd_ps(a[0], a[1]);
   const V t1 = _mm256_hadd_ps(a[2], a[3]);
   const V t2 = _mm256_hadd_ps(a[4], a[5]);
@@ -225,7 +225,7 @@ inline V Exp2V(V x) {
 }
 // Lane t = Σ lanes of a[t]: pairwise sums within 128-bit lanes, then a
 // 4×4 transpose-and-add of the 128-bit lanes.
-inline V SumsOfW(const V* a) {
+__attribute__((always_inline)) inline V SumsOfW(const V* a) {
   V x[8];
   for (int k = 0; k < 8; ++k) {
     x[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]),
@@ -250,7 +250,8 @@ inline V SumsOfW(const V* a) {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+#pragma GCC target( \
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")
 namespace avx512bf16 {
 
 // A bf16 cache with AVX512_BF16 dot products: q·k with q rounded to bf16
@@ -555,7 +556,6 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     const int64_t at = a.blocks[i] * a.block_stride + skip * row_bytes;
     const char* k = k_base + at;
     const char* v = v_base + at;
-    BlockScales<DType::kQ8_0>(k, n, head_dim, ks);
     for (int t0 = 0; t0 < n; t0 += kW) {
       const int nt = std::min(kW, n - t0);
       PrefetchForTile(a, i, t0, nt, n, v, row_bytes);
@@ -574,8 +574,8 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
                               b0 + kBlockBytes + 2)),
                           1));
-            const float* kst = ks + (t0 + t) * nb + 2 * c;
-            scales = _mm512_mask_blend_ps(0xff00, Set1(kst[0]), Set1(kst[1]));
+            scales = _mm512_mask_blend_ps(0xff00, Set1(BlockScale(b0)),
+                                          Set1(BlockScale(b0 + kBlockBytes)));
           }
           _mm512_storeu_si512(kcodes + t * head_dim + c * 64, codes);
           Store(dk + (t * nc + c) * 16, scales);
