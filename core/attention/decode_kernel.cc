@@ -258,11 +258,11 @@ namespace avx512bf16 {
 // (the precision K already has), and p·v with p rounded to bf16, two
 // positions per instruction. Half the multiply-add instructions of the f32
 // path and no conversions, which a bf16 cache needs to keep up with memory.
-using avx512::Exp2InPlace;
 using avx512::Load;
-using avx512::MaxOf;
 using avx512::Mul;
 using avx512::Set1;
+using avx512::SoftmaxBlock;
+using avx512::StartState;
 using avx512::Store;
 using avx512::SumsOfW;
 using avx512::V;
@@ -383,10 +383,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const char* v_base = static_cast<const char*>(a.v_base);
 
   for (int i = 0; i < kv_mul * head_dim; ++i) q16[i] = FloatToBf16(a.q[i]);
-  for (int h = 0; h < kv_mul; ++h) {
-    st.m[h] = -INFINITY;
-    st.l[h] = 0.0f;
-  }
+  StartState(st, kv_mul, head_dim);
   std::fill(acc, acc + int64_t{kv_mul} * head_dim, 0.0f);
 
   for (int i = 0; i < a.n_blocks; ++i) {
@@ -412,12 +409,9 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
         ScoreTile<kNc>(q16 + h * head_dim, rows, head_dim, s + h * bt_pad + t0);
       }
     }
+    SoftmaxBlock(s, n, bt_pad, kv_mul, st, alpha);
     for (int h = 0; h < kv_mul; ++h) {
-      float* sh = s + h * bt_pad;
-      const float m_new = std::max(st.m[h], MaxOf(sh, n));
-      alpha[h] = Exp2(st.m[h] - m_new);
-      st.l[h] = st.l[h] * alpha[h] + Exp2InPlace(sh, n, bt_pad, m_new);
-      st.m[h] = m_new;
+      const float* sh = s + h * bt_pad;
       for (int t = 0; t < bt_pad; t += kW) {
         _mm256_storeu_si256(
             reinterpret_cast<__m256i*>(p16 + h * bt_pad + t),
@@ -464,12 +458,12 @@ namespace avx512vnni {
 // K is never widened to floats; V is, as in avx512 (PvRows), with its
 // block scales applied in registers.
 using avx512::BlockScales;
-using avx512::Exp2InPlace;
 using avx512::Load;
-using avx512::MaxOf;
 using avx512::PrefetchForTile;
 using avx512::PvRows;
 using avx512::Set1;
+using avx512::SoftmaxBlock;
+using avx512::StartState;
 using avx512::Store;
 using avx512::SumsOfW;
 using avx512::V;
@@ -543,11 +537,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const char* v_base = static_cast<const char*>(a.v_base);
 
   QuantizeQuery(a.q, kv_mul, head_dim, QueryCodes{qcodes, qscales, qstart});
-  for (int h = 0; h < kv_mul; ++h) {
-    st.m[h] = -INFINITY;
-    st.l[h] = 0.0f;
-  }
-  std::fill(st.acc, st.acc + int64_t{kv_mul} * head_dim, 0.0f);
+  StartState(st, kv_mul, head_dim);
   const __m512i flip = _mm512_set1_epi8(-128);
 
   for (int i = 0; i < a.n_blocks; ++i) {
@@ -602,13 +592,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
         Store(s + h * bt_pad + t0, SumsOfW(acc));
       }
     }
-    for (int h = 0; h < kv_mul; ++h) {
-      float* sh = s + h * bt_pad;
-      const float m_new = std::max(st.m[h], MaxOf(sh, n));
-      alpha[h] = Exp2(st.m[h] - m_new);
-      st.l[h] = st.l[h] * alpha[h] + Exp2InPlace(sh, n, bt_pad, m_new);
-      st.m[h] = m_new;
-    }
+    SoftmaxBlock(s, n, bt_pad, kv_mul, st, alpha);
     // V's scales once the K pass has prefetched its rows.
     BlockScales<DType::kQ8_0>(v, n, head_dim, vs);
     PvRows<DType::kQ8_0, 4>(v, row_bytes, vs, n, head_dim, kv_mul, s, bt_pad,

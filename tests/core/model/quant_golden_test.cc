@@ -61,6 +61,30 @@ double StepDiff(const testing::ReferenceRun& ref, const testing::OurRun& ours,
   return worst;
 }
 
+// Our greedy run of the golden's prompt and length over a KV cache of
+// `kv_dtype` (llama.cpp's attention order with `llama_order`).
+testing::OurRun RunOver(const LoadedModel& files,
+                        const testing::ReferenceRun& ref, DType kv_dtype,
+                        bool llama_order) {
+  const ModelConfig& c = files.weights->config;
+  const int64_t n_ctx = ref.prompt.size() + ref.tokens.size() + 16;
+  std::unique_ptr<BlockPool> pool = *BlockPool::Create(
+      {.n_layers = c.n_layers,
+       .n_kv_heads = c.n_kv_heads,
+       .head_dim = c.head_dim,
+       .block_tokens = 16,
+       .dtype = kv_dtype,
+       .capacity_bytes = n_ctx * c.KvBytesPerToken(kv_dtype)});
+  absl::StatusOr<std::unique_ptr<Model>> m = Model::Create(
+      files.weights.get(), pool.get(), {.llama_order = llama_order});
+  if (!m.ok()) {
+    testing::OurRun failed;
+    failed.status = m.status();
+    return failed;
+  }
+  return testing::RunGreedy(**m, pool.get(), ref.prompt, ref.tokens.size());
+}
+
 class QuantGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
@@ -74,20 +98,7 @@ TEST_P(QuantGoldenTest, GreedyTokensAndTop5MatchTheGolden) {
   ASSERT_TRUE(ref.has_value()) << "cannot read " << golden;
   absl::StatusOr<LoadedModel> files = LoadModel(ModelAt(model));
   ASSERT_TRUE(files.ok()) << files.status();
-  const ModelConfig& c = files->weights->config;
-  const int64_t n_ctx = ref->prompt.size() + ref->tokens.size() + 16;
-  std::unique_ptr<BlockPool> pool = *BlockPool::Create(
-      {.n_layers = c.n_layers,
-       .n_kv_heads = c.n_kv_heads,
-       .head_dim = c.head_dim,
-       .block_tokens = 16,
-       .dtype = DType::kF32,
-       .capacity_bytes = n_ctx * c.KvBytesPerToken(DType::kF32)});
-  absl::StatusOr<std::unique_ptr<Model>> m =
-      Model::Create(files->weights.get(), pool.get(), {.llama_order = true});
-  ASSERT_TRUE(m.ok()) << m.status();
-  testing::OurRun ours =
-      testing::RunGreedy(**m, pool.get(), ref->prompt, ref->tokens.size());
+  testing::OurRun ours = RunOver(*files, *ref, DType::kF32, true);
   ASSERT_TRUE(ours.status.ok()) << ours.status;
   const bool f32 = GetParam().ends_with("-f32");
   int compared = 0;
@@ -146,24 +157,9 @@ TEST_P(KvDtypeGoldenTest, ReportsAgreementWithTheGolden) {
   ASSERT_TRUE(ref.has_value()) << "cannot read " << golden;
   absl::StatusOr<LoadedModel> files = LoadModel(ModelAt(model));
   ASSERT_TRUE(files.ok()) << files.status();
-  const ModelConfig& c = files->weights->config;
-  const int64_t n_ctx = ref->prompt.size() + ref->tokens.size() + 16;
-  auto run = [&](DType dtype) {
-    std::unique_ptr<BlockPool> pool = *BlockPool::Create(
-        {.n_layers = c.n_layers,
-         .n_kv_heads = c.n_kv_heads,
-         .head_dim = c.head_dim,
-         .block_tokens = 16,
-         .dtype = dtype,
-         .capacity_bytes = n_ctx * c.KvBytesPerToken(dtype)});
-    absl::StatusOr<std::unique_ptr<Model>> m =
-        Model::Create(files->weights.get(), pool.get());
-    EXPECT_TRUE(m.ok()) << m.status();
-    return testing::RunGreedy(**m, pool.get(), ref->prompt, ref->tokens.size());
-  };
-  const testing::OurRun ours = run(kv_dtype);
+  const testing::OurRun ours = RunOver(*files, *ref, kv_dtype, false);
   ASSERT_TRUE(ours.status.ok()) << ours.status;
-  const testing::OurRun f32 = run(DType::kF32);
+  const testing::OurRun f32 = RunOver(*files, *ref, DType::kF32, false);
   ASSERT_TRUE(f32.status.ok()) << f32.status;
   // Steps whose tokens agree, the first that does not (with the
   // reference's gap there), and the worst top-5 difference up to it.
