@@ -450,11 +450,12 @@ inline DecodeKernel Select(int head_dim) {
     "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 namespace avx512vnni {
 
-// A q8_0 cache with AVX512_VNNI integer dot products for the scores: the
-// query rows are quantized as K is (blocks of 32, one scale each), and
-// q·k = Σ_blocks d_q·d_k·Σ q_i·k_i with the inner sums on 64 int8 pairs
-// per instruction (vpdpbusd multiplies unsigned by signed bytes: K's codes
-// are read as k + 128, and each lane starts at −128·Σ its query codes).
+// q8_0 and q4_0 caches with AVX512_VNNI integer dot products for the
+// scores: the query rows are quantized as K is (blocks of 32, one scale
+// each), and q·k = Σ_blocks d_q·d_k·Σ q_i·k_i with the inner sums on 64
+// byte pairs per instruction (vpdpbusd multiplies unsigned by signed
+// bytes: K's codes are read as unsigned, q8_0's k + 128 and q4_0's nibbles
+// q = k + 8, and each lane starts at −offset·Σ its query codes).
 // K is never widened to floats; V is, as in avx512 (PvRows), with its
 // block scales applied in registers.
 using avx512::BlockScales;
@@ -469,11 +470,10 @@ using avx512::SumsOfW;
 using avx512::V;
 using avx512::Zero;
 constexpr int kW = 16;
-constexpr int kBlockBytes = 34;
 
 // Per head and 64-element chunk c of the query: its 64 codes, the scales
 // of its two blocks as lanes (0-7 block 2c, 8-15 block 2c + 1), and the
-// lanes' starting values −128·Σ of their 4 codes.
+// lanes' starting values −offset·Σ of their 4 codes.
 struct QueryCodes {
   int8_t* codes;   // [kv_mul][head_dim]
   float* scales;   // [kv_mul][head_dim / 64][16]
@@ -481,7 +481,7 @@ struct QueryCodes {
 };
 
 inline void QuantizeQuery(const float* q, int kv_mul, int head_dim,
-                          QueryCodes out) {
+                          int8_t offset, QueryCodes out) {
   const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int h = 0; h < kv_mul; ++h) {
     for (int c = 0; c < head_dim / 64; ++c) {
@@ -507,15 +507,46 @@ inline void QuantizeQuery(const float* q, int kv_mul, int head_dim,
           _mm512_loadu_si512(out.codes + h * head_dim + c * 64);
       _mm512_storeu_si512(
           out.start + at,
-          _mm512_sub_epi32(_mm512_setzero_si512(),
-                           _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                               _mm512_set1_epi8(-128), codes)));
+          _mm512_sub_epi32(
+              _mm512_setzero_si512(),
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                  _mm512_set1_epi8(offset), codes)));
     }
   }
 }
 
-template <int kNc>
+// K's 64 codes of chunk c (blocks 2c and 2c + 1) of a row, unsigned, in
+// element order.
+template <DType kT>
+inline __m512i KeyCodes(const char* b0) {
+  if constexpr (kT == DType::kQ8_0) {
+    return _mm512_xor_si512(
+        _mm512_set1_epi8(-128),
+        _mm512_inserti64x4(
+            _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 36)), 1));
+  } else {
+    // [qs of block 2c | of block 2c + 1] → their low nibbles (elements
+    // 0-15 of each block) and high ones (16-31), then interleaved by
+    // 16 bytes into [lo 2c, hi 2c, lo 2c+1, hi 2c+1].
+    const __m256i qs = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 20)), 1);
+    const __m256i mask = _mm256_set1_epi8(0x0f);
+    const __m512i z =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qs, mask)),
+                           _mm256_and_si256(_mm256_srli_epi16(qs, 4), mask), 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+}
+
+template <DType kT, int kNc>
 void DecodeBlocks(const DecodeArgs& a, PartialState st) {
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 34 : 18;
+  // K's codes minus this are its values' integers.
+  constexpr int8_t kOffset = kT == DType::kQ8_0 ? -128 : 8;
   const int head_dim = a.head_dim;
   const int kv_mul = a.kv_mul;
   const int bt = a.block_tokens;
@@ -525,8 +556,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const int64_t row_bytes = int64_t{nb} * kBlockBytes;
   float* s = a.scratch;                         // [kv_mul][bt_pad]
   float* alpha = s + int64_t{kv_mul} * bt_pad;  // [kv_mul]
-  float* ks = alpha + kv_mul;                   // [bt][nb]
-  float* vs = ks + int64_t{bt} * nb;            // [bt][nb]
+  float* vs = alpha + kv_mul;                   // [bt][nb]
   float* dk = vs + int64_t{bt} * nb;            // [kW][nc][16]
   float* qscales = dk + int64_t{kW} * nc * 16;  // [kv_mul][nc][16]
   int32_t* qstart = reinterpret_cast<int32_t*>(qscales + kv_mul * nc * 16);
@@ -536,9 +566,9 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
 
-  QuantizeQuery(a.q, kv_mul, head_dim, QueryCodes{qcodes, qscales, qstart});
+  QuantizeQuery(a.q, kv_mul, head_dim, kOffset,
+                QueryCodes{qcodes, qscales, qstart});
   StartState(st, kv_mul, head_dim);
-  const __m512i flip = _mm512_set1_epi8(-128);
 
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
@@ -549,21 +579,15 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     for (int t0 = 0; t0 < n; t0 += kW) {
       const int nt = std::min(kW, n - t0);
       PrefetchForTile(a, i, t0, nt, n, v, row_bytes);
-      // The tile's K codes as k + 128, 64 per chunk, and its scales as
-      // lanes; rows past n are zeros (code 128, scale 0).
+      // The tile's K codes, 64 per chunk, and its scales as lanes; rows
+      // past n are zeros (scale 0).
       for (int t = 0; t < kW; ++t) {
         for (int c = 0; c < nc; ++c) {
-          __m512i codes = flip;
+          __m512i codes = _mm512_setzero_si512();
           V scales = Zero();
           if (t < nt) {
             const char* b0 = k + (t0 + t) * row_bytes + 2 * c * kBlockBytes;
-            codes = _mm512_xor_si512(
-                flip, _mm512_inserti64x4(
-                          _mm512_castsi256_si512(_mm256_loadu_si256(
-                              reinterpret_cast<const __m256i*>(b0 + 2))),
-                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                              b0 + kBlockBytes + 2)),
-                          1));
+            codes = KeyCodes<kT>(b0);
             scales = _mm512_mask_blend_ps(0xff00, Set1(BlockScale(b0)),
                                           Set1(BlockScale(b0 + kBlockBytes)));
           }
@@ -594,17 +618,24 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     }
     SoftmaxBlock(s, n, bt_pad, kv_mul, st, alpha);
     // V's scales once the K pass has prefetched its rows.
-    BlockScales<DType::kQ8_0>(v, n, head_dim, vs);
-    PvRows<DType::kQ8_0, 4>(v, row_bytes, vs, n, head_dim, kv_mul, s, bt_pad,
-                            alpha, st.acc);
+    BlockScales<kT>(v, n, head_dim, vs);
+    PvRows<kT, 4>(v, row_bytes, vs, n, head_dim, kv_mul, s, bt_pad, alpha,
+                  st.acc);
   }
 }
 
-inline DecodeKernel Select(int head_dim) {
+template <DType kT>
+inline DecodeKernel SelectFor(int head_dim) {
+  if (head_dim == 64) return &DecodeBlocks<kT, 1>;
+  if (head_dim == 128) return &DecodeBlocks<kT, 2>;
+  return &DecodeBlocks<kT, 0>;
+}
+
+inline DecodeKernel Select(DType dtype, int head_dim) {
   if (head_dim % 64 != 0) return nullptr;
-  if (head_dim == 64) return &DecodeBlocks<1>;
-  if (head_dim == 128) return &DecodeBlocks<2>;
-  return &DecodeBlocks<0>;
+  if (dtype == DType::kQ8_0) return SelectFor<DType::kQ8_0>(head_dim);
+  if (dtype == DType::kQ4_0) return SelectFor<DType::kQ4_0>(head_dim);
+  return nullptr;
 }
 
 }  // namespace avx512vnni
@@ -637,8 +668,8 @@ DecodeKernel SelectDecodeKernel(Isa isa, DType dtype, int head_dim) {
   if (isa == Isa::kAvx512Bf16 && dtype == DType::kBF16) {
     k = avx512bf16::Select(head_dim);
   }
-  if (isa >= Isa::kAvx512 && dtype == DType::kQ8_0 && Cpu().avx512_vnni) {
-    k = avx512vnni::Select(head_dim);
+  if (isa >= Isa::kAvx512 && IsBlockQuantized(dtype) && Cpu().avx512_vnni) {
+    k = avx512vnni::Select(dtype, head_dim);
   }
   if (k == nullptr && isa >= Isa::kAvx512) k = avx512::Select(dtype, head_dim);
   if (k == nullptr && isa >= Isa::kAvx2) k = avx2::Select(dtype, head_dim);
