@@ -90,7 +90,6 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
   const int64_t bt = block_tokens_;
   const int64_t row = int64_t{n_heads_} * d;
   const int64_t ldo = row;
-  const int64_t row_bytes = DTypeRowBytes(dtype_, d);
   const float q_scale =
       static_cast<float>(std::numbers::log2e / std::sqrt(double{1.0} * d));
   // The first position a query at `pos` attends to.
@@ -109,11 +108,10 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
   {
     thread_local std::vector<float> qt_buf, s_buf, inv_buf;
     for (int g = 0; g < n_kv_heads_; ++g) {
-      const int64_t group_offset = g * bt * row_bytes;
 #pragma omp for schedule(static)
       for (int64_t pos = lo; pos < n_ctx; ++pos) {
         const int32_t block = seq.blocks[pos / bt];
-        const int64_t at = group_offset + (pos % bt) * row_bytes;
+        const int64_t at = pool_->RowOffset(g, pos % bt);
         LoadKvRow(dtype_,
                   static_cast<const char*>(pool_->KeyBlock(layer, block)) + at,
                   d, &kc[(pos - lo) * d]);

@@ -237,9 +237,12 @@ int32_t BlockPool::num_shared_blocks() const { return impl_->num_shared; }
 int64_t BlockPool::bytes_per_block() const {
   return 2 * impl_->options.n_layers * impl_->block_bytes;
 }
+int64_t BlockPool::row_bytes() const {
+  return DTypeRowBytes(impl_->options.dtype, impl_->options.head_dim);
+}
 int64_t BlockPool::bytes_per_token() const {
   return 2LL * impl_->options.n_layers * impl_->options.n_kv_heads *
-         DTypeRowBytes(impl_->options.dtype, impl_->options.head_dim);
+         row_bytes();
 }
 int64_t BlockPool::capacity_bytes() const {
   return impl_->num_blocks * bytes_per_block();

@@ -76,11 +76,10 @@ void BlockTable::WriteKv(int layer, int64_t pos, const float* k,
   const int32_t block = blocks_[pos / o.block_tokens];
   KVSERVE_CHECK(pool_->RefCount(block) == 1);
   const int64_t slot = pos % o.block_tokens;
-  const int64_t row = DTypeRowBytes(o.dtype, o.head_dim);
   char* kb = static_cast<char*>(pool_->KeyBlock(layer, block));
   char* vb = static_cast<char*>(pool_->ValueBlock(layer, block));
   for (int h = 0; h < o.n_kv_heads; ++h) {
-    const int64_t offset = (int64_t{h} * o.block_tokens + slot) * row;
+    const int64_t offset = pool_->RowOffset(h, slot);
     StoreKvRow(o.dtype, k + h * o.head_dim, o.head_dim, kb + offset);
     StoreKvRow(o.dtype, v + h * o.head_dim, o.head_dim, vb + offset);
   }

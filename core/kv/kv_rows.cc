@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/quant/activation.h"
 #include "core/quant/quant.h"
 #include "core/util/bf16.h"
 #include "core/util/check.h"
@@ -29,6 +30,10 @@ void StoreKvRow(DType dtype, const float* src, int64_t n, void* dst) {
       return;
     }
     case DType::kQ8_0:
+      // ggml's x86 q8_0 quantizer, vectorized: llama.cpp writes its q8_0
+      // cache with it.
+      quant::QuantizeActivation(quant::Type::kQ8_0, src, n, dst);
+      return;
     case DType::kQ4_0:
       KVSERVE_CHECK(n % kDTypeBlockElems == 0);
       BlockInfo(dtype).quantize(src, dst, n);

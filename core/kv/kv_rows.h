@@ -4,10 +4,11 @@
 // prompt attention, snapshots, tests). The decode kernels read the stored
 // rows directly.
 //
-// Block types are quantized by ggml's reference rule (q8_0: d = amax / 127,
-// q = round(x / d); q4_0: d = the element of largest magnitude / −8,
-// q = min(15, trunc(x / d + 8.5))), as llama.cpp writes its q8_0 / q4_0
-// KV cache.
+// Block types are quantized as llama.cpp writes its q8_0 / q4_0 KV cache:
+// q8_0 by ggml's x86 quantizer (d = amax / 127, q = x · 127 / amax rounded
+// half to even; quant::QuantizeActivation), q4_0 by ggml's reference rule
+// (d = the element of largest magnitude / −8, q = min(15, trunc(x / d +
+// 8.5))).
 //
 // Thread-safety: pure functions.
 #ifndef KVSERVE_CORE_KV_KV_ROWS_H_

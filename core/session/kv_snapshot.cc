@@ -74,7 +74,7 @@ std::string EncodeKvSnapshot(const KvSnapshotKey& key,
   const BlockPoolOptions& o = pool.options();
   const int64_t n = tokens.size();
   KVSERVE_CHECK(table.num_tokens() >= n);
-  const int64_t row = DTypeRowBytes(o.dtype, o.head_dim);
+  const int64_t row = pool.row_bytes();
   std::string out(kMagic);
   PutU64(out, key.model_fingerprint.size());
   out += key.model_fingerprint;
@@ -92,7 +92,7 @@ std::string EncodeKvSnapshot(const KvSnapshotKey& key,
            {pool.KeyBlock(layer, block), pool.ValueBlock(layer, block)}) {
         const char* b = static_cast<const char*>(base);
         for (int h = 0; h < o.n_kv_heads; ++h) {
-          out.append(b + (int64_t{h} * o.block_tokens + slot) * row, row);
+          out.append(b + pool.RowOffset(h, slot), row);
         }
       }
     }
@@ -134,7 +134,7 @@ void RestoreKvSnapshot(std::string_view bytes, int64_t from, int64_t n,
   const BlockPoolOptions& o = pool.options();
   KVSERVE_CHECK(h->dtype == static_cast<uint64_t>(o.dtype));
   // Rows are copied as stored: a quantized row is not quantized again.
-  const int64_t row = DTypeRowBytes(o.dtype, o.head_dim);
+  const int64_t row = pool.row_bytes();
   const int64_t width = int64_t{o.n_kv_heads} * row;
   for (int layer = 0; layer < o.n_layers; ++layer) {
     for (int64_t p = from; p < n; ++p) {
@@ -147,8 +147,7 @@ void RestoreKvSnapshot(std::string_view bytes, int64_t from, int64_t n,
            {pool.KeyBlock(layer, block), pool.ValueBlock(layer, block)}) {
         char* b = static_cast<char*>(base);
         for (int hd = 0; hd < o.n_kv_heads; ++hd, src += row) {
-          std::memcpy(b + (int64_t{hd} * o.block_tokens + slot) * row, src,
-                      row);
+          std::memcpy(b + pool.RowOffset(hd, slot), src, row);
         }
       }
     }
