@@ -3,7 +3,7 @@
 // every K and V once per token) and a oneDNN sgemm for prefill.
 //
 //   attention_bench [--json] [--block_tokens=N] [--quick] [--decode_only]
-//                   [--fused_only] [--hot] [--head_dim=N]
+//                   [--fused_only] [--hot] [--head_dim=N] [--T=N]
 //
 // Decode runs cold: every call reads a different copy of the batch's KV
 // cache, and the copies together exceed the L3 cache.
@@ -34,6 +34,9 @@ constexpr int kHeads = 32;
 constexpr int kKvHeads = 8;
 // --head_dim (default 128).
 int g_head_dim = 128;
+// --T=N: only the decode cases of N cached positions (512 with --hot: the
+// kernel's rate from L2).
+int64_t g_only_T = 0;
 constexpr int64_t kL3Bytes = int64_t{32} << 20;
 
 struct Env {
@@ -260,7 +263,8 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only,
     for (int batch : {1, 8}) {
       for (int64_t T : {512, 4096, 8192, 32768}) {
         if (quick && T == 32768 && batch == 8) continue;
-        if (decode_only && T < 4096) continue;
+        if (decode_only && T < 4096 && g_only_T == 0) continue;
+        if (g_only_T != 0 && T != g_only_T) continue;
         Fixture f(dtype, block_tokens, batch, T, env.hot ? 0 : 3 * kL3Bytes);
         for (AttentionPath path :
              {AttentionPath::kFused, AttentionPath::kOneDnn,
@@ -395,6 +399,7 @@ int main(int argc, char** argv) {
   env.json = bench::HasFlag(argc, argv, "--json");
   env.hot = bench::HasFlag(argc, argv, "--hot");
   g_head_dim = static_cast<int>(bench::IntFlag(argc, argv, "--head_dim", 128));
+  g_only_T = bench::IntFlag(argc, argv, "--T", 0);
   const bool quick = bench::HasFlag(argc, argv, "--quick");
   const int block_tokens = static_cast<int>(bench::IntFlag(
       argc, argv, "--block_tokens", BlockPoolOptions{}.block_tokens));

@@ -16,6 +16,7 @@
 #include "core/kv/kv_rows.h"
 #include "core/util/bf16.h"
 #include "core/util/cpu_features.h"
+#include "core/util/prefetch.h"
 
 namespace kvserve::attention_internal {
 
@@ -382,6 +383,8 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
 
+  const int64_t row_bytes = head_dim * int64_t{2};
+
   for (int i = 0; i < kv_mul * head_dim; ++i) q16[i] = FloatToBf16(a.q[i]);
   StartState(st, kv_mul, head_dim);
   std::fill(acc, acc + int64_t{kv_mul} * head_dim, 0.0f);
@@ -391,14 +394,11 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     // `skip`.
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
-    const int64_t at =
-        a.blocks[i] * a.block_stride + int64_t{skip} * head_dim * 2;
+    const int64_t at = a.blocks[i] * a.block_stride + skip * row_bytes;
     const uint16_t* k = reinterpret_cast<const uint16_t*>(k_base + at);
     const uint16_t* v = reinterpret_cast<const uint16_t*>(v_base + at);
     for (int t0 = 0; t0 < n; t0 += kW) {
       const int nt = std::min(kW, n - t0);
-      avx512::PrefetchForTile(a, i, t0, nt, n, reinterpret_cast<const char*>(v),
-                              head_dim * int64_t{2});
       const uint16_t* rows = k + int64_t{t0} * head_dim;
       if (nt < kW) {
         std::copy(rows, rows + nt * head_dim, kpad);
@@ -406,6 +406,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
         rows = kpad;
       }
       for (int h = 0; h < kv_mul; ++h) {
+        avx512::PrefetchNext(a, i, t0, nt, n, row_bytes, h, kv_mul);
         ScoreTile<kNc>(q16 + h * head_dim, rows, head_dim, s + h * bt_pad + t0);
       }
     }
@@ -460,7 +461,7 @@ namespace avx512vnni {
 // block scales applied in registers.
 using avx512::BlockScales;
 using avx512::Load;
-using avx512::PrefetchForTile;
+using avx512::PrefetchNext;
 using avx512::PvRows;
 using avx512::Set1;
 using avx512::SoftmaxBlock;
@@ -578,7 +579,6 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     const char* v = v_base + at;
     for (int t0 = 0; t0 < n; t0 += kW) {
       const int nt = std::min(kW, n - t0);
-      PrefetchForTile(a, i, t0, nt, n, v, row_bytes);
       // The tile's K codes, 64 per chunk, and its scales as lanes; rows
       // past n are zeros (scale 0).
       for (int t = 0; t < kW; ++t) {
@@ -596,6 +596,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
         }
       }
       for (int h = 0; h < kv_mul; ++h) {
+        PrefetchNext(a, i, t0, nt, n, row_bytes, h, kv_mul);
         V acc[kW];
 #pragma GCC unroll 16
         for (int t = 0; t < kW; ++t) acc[t] = Zero();

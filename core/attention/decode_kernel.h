@@ -47,12 +47,11 @@ struct DecodeArgs {
   // Positions of the first block before this one are skipped (not read):
   // a sliding window starting inside it. < its valid positions.
   int first_block_skip = 0;
-  // K and V are prefetched this many positions ahead of use.
-  int prefetch_tokens = 32;
   // Where the caller reads next (the K and V rows of the next block it
   // will pass, block_tokens of each), or nullptr: prefetched while the
-  // run's last block is scored, so a run of one block (the block-major
-  // order) does not start each block from memory.
+  // run's last block is scored (each earlier block prefetches the run's
+  // next one), so a run of one block (the block-major order) does not
+  // start each block from memory.
   const void* next_k = nullptr;
   const void* next_v = nullptr;
   // Per-thread scratch of at least DecodeScratchFloats() floats.
