@@ -25,11 +25,22 @@ float Exp2(float x) { return std::exp2(x); }
 int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens) {
   constexpr int kMaxW = 16;
   const int64_t bt_pad = (block_tokens + kMaxW - 1) / kMaxW * kMaxW;
-  // The largest layout, avx512bf16's: scores, accumulators, alpha, bf16
-  // probabilities, bf16 queries, one zero-padded bf16 tile; and the block
-  // types' K and V scales (2 per 32 elements of a row).
-  return kv_mul * (bt_pad + head_dim + 1 + bt_pad / 2 + head_dim / 2 + 1) +
-         int64_t{kMaxW} * head_dim + 2 * bt_pad * (head_dim / 32 + 1);
+  const int64_t hd = head_dim;
+  const int64_t nb = head_dim / 32;  // a block type's blocks per row
+  // avx512bf16's layout: scores, accumulators, alpha, bf16 probabilities,
+  // bf16 queries, one zero-padded bf16 tile.
+  const int64_t bf16 =
+      kv_mul * (bt_pad + hd + 1 + bt_pad / 2 + hd / 2) + kMaxW * hd / 2;
+  // The widening kernels': scores, one f32 tile, alpha, K and V scales.
+  const int64_t widening =
+      kv_mul * (bt_pad + 1) + kMaxW * hd + 2 * block_tokens * nb;
+  // avx512vnni's: scores, alpha, V's scales by block, K's tile scales and
+  // codes, the query's scales, starts and codes, the weights' scales and
+  // codes, the permuted accumulators.
+  const int64_t vnni = kv_mul * (bt_pad + 1) + nb * bt_pad + 4 * hd + 4 * hd +
+                       kv_mul * (hd / 4 + hd / 4 + hd / 4) + nb +
+                       kv_mul * (nb * bt_pad / 2 + hd);
+  return std::max({bf16, widening, vnni});
 }
 
 namespace {
@@ -92,6 +103,25 @@ inline float BlockScale(const char* block) {
   return _cvtsh_ss(d);
 }
 #pragma GCC pop_options
+
+// Accumulators summed two positions per instruction (vpdpbf16ps,
+// vpdpwssd) over unpacklo/unpackhi_epi16 of two rows hold each 32-element
+// chunk as [0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, 20-23, 28-31]: into
+// element order, out[kv_mul][head_dim].
+void UndoPairOrder(const float* acc, int kv_mul, int head_dim, float* out) {
+  for (int h = 0; h < kv_mul; ++h) {
+    for (int c = 0; c < head_dim; c += 32) {
+      const float* src = acc + h * head_dim + c;
+      float* dst = out + h * head_dim + c;
+      for (int lane = 0; lane < 4; ++lane) {
+        for (int j = 0; j < 4; ++j) {
+          dst[8 * lane + j] = src[4 * lane + j];
+          dst[8 * lane + 4 + j] = src[16 + 4 * lane + j];
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -421,19 +451,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     }
     PvRows(v, n, head_dim, kv_mul, p16, bt_pad, alpha, acc);
   }
-  // Undo the chunk permutation of PvTile.
-  for (int h = 0; h < kv_mul; ++h) {
-    for (int c = 0; c < head_dim; c += 32) {
-      const float* src = acc + h * head_dim + c;
-      float* dst = st.acc + h * head_dim + c;
-      for (int lane = 0; lane < 4; ++lane) {
-        for (int j = 0; j < 4; ++j) {
-          dst[8 * lane + j] = src[4 * lane + j];
-          dst[8 * lane + 4 + j] = src[16 + 4 * lane + j];
-        }
-      }
-    }
-  }
+  UndoPairOrder(acc, kv_mul, head_dim, st.acc);
 }
 
 inline DecodeKernel Select(int head_dim) {
@@ -457,12 +475,10 @@ namespace avx512vnni {
 // byte pairs per instruction (vpdpbusd multiplies unsigned by signed
 // bytes: K's codes are read as unsigned, q8_0's k + 128 and q4_0's nibbles
 // q = k + 8, and each lane starts at −offset·Σ its query codes).
-// K is never widened to floats; V is, as in avx512 (PvRows), with its
-// block scales applied in registers.
-using avx512::BlockScales;
+// Neither K nor V is widened to floats: p·v is summed in integers too
+// (QuantizeWeights, PvChunk).
 using avx512::Load;
 using avx512::PrefetchNext;
-using avx512::PvRows;
 using avx512::Set1;
 using avx512::SoftmaxBlock;
 using avx512::StartState;
@@ -543,6 +559,160 @@ inline __m512i KeyCodes(const char* b0) {
   }
 }
 
+// p·v on VNNI too. For a cache block, head h and V's block b (32 of the
+// row's elements), the weights w[t] = p[h][t]·d_v[t][b] are 16-bit
+// integers with one scale per b (max_t |d_v[t][b]| / 32767: p <= 1), and
+// Σ_t w[t]·v[t] is summed in int32, 2 positions per vpdpwssd: V's values
+// as 16-bit words, the 2 positions' interleaved, against their 2 weights.
+// At 15 bits the weights are as precise as the f32 products they replace
+// (a relative 2^-16 of the block's largest).
+struct Weights {
+  int16_t* codes;  // [kv_mul][nb][bt_pad]
+  float* scales;   // [nb]
+};
+
+// p: [kv_mul][bt_pad] (0 past the block's positions); dv: V's scales
+// [nb][bt_pad], 0 past them (scaled in place to the weights' units); n16
+// the positions rounded up to 16.
+inline void QuantizeWeights(const float* p, float* dv, int kv_mul, int nb,
+                            int bt_pad, int n16, Weights out) {
+  const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  // |Σ_t w·v| <= n16 · qmax · 128 stays within int32.
+  const float qmax = static_cast<float>(
+      std::min<int64_t>(32767, int64_t{INT32_MAX} / (int64_t{n16} * 128)));
+  for (int b = 0; b < nb; ++b) {
+    float* db = dv + b * bt_pad;
+    __m512 mx = Zero();
+    for (int t = 0; t < n16; t += kW) {
+      mx = _mm512_max_ps(mx, _mm512_and_ps(Load(db + t), sign_off));
+    }
+    const float amax = _mm512_reduce_max_ps(mx);
+    out.scales[b] = amax / qmax;
+    const __m512 id = Set1(amax != 0.0f ? qmax / amax : 0.0f);
+    for (int t = 0; t < n16; t += kW)
+      Store(db + t, _mm512_mul_ps(Load(db + t), id));
+  }
+  for (int h = 0; h < kv_mul; ++h) {
+    for (int b = 0; b < nb; ++b) {
+      const float* ph = p + h * bt_pad;
+      const float* db = dv + b * bt_pad;
+      int16_t* codes = out.codes + (h * nb + b) * bt_pad;
+      for (int t = 0; t < n16; t += kW) {
+        const __m512i w =
+            _mm512_cvtps_epi32(_mm512_mul_ps(Load(ph + t), Load(db + t)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + t),
+                            _mm512_cvtsepi32_epi16(w));
+      }
+    }
+  }
+}
+
+// V's 32 values of the block at `block` (its scale first) as words.
+template <DType kT>
+inline __m512i ValueWords(const char* block) {
+  if constexpr (kT == DType::kQ8_0) {
+    return _mm512_cvtepi8_epi16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
+  } else {
+    const __m128i qs =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m256i codes =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, mask)),
+                                _mm_and_si128(_mm_srli_epi16(qs, 4), mask), 1);
+    return _mm512_sub_epi16(_mm512_cvtepu8_epi16(codes), _mm512_set1_epi16(8));
+  }
+}
+
+// For kHt heads and V's 64 elements of chunk c (blocks 2c, 2c + 1) over
+// positions [0, n) (an odd last one paired with zeros):
+// accp[h] = accp[h]·alpha[h] + Σ_t w[h][t]·v[t], in the lane order
+// unpacklo/unpackhi_epi16 leave (as avx512bf16::PvTile's).
+template <DType kT, int kHt>
+inline void PvChunk(const char* v, int64_t row_bytes, int n, int c, int nb,
+                    int bt_pad, const Weights& w, const float* alpha,
+                    float* accp, int head_dim) {
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 34 : 18;
+  __m512i acc[kHt][4];
+#pragma GCC unroll 4
+  for (int h = 0; h < kHt; ++h) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_setzero_si512();
+  }
+  const char* chunk = v + 2 * c * kBlockBytes;
+  for (int t = 0; t < n; t += 2) {
+    const char* r0 = chunk + t * row_bytes;
+    const __m512i lo0 = ValueWords<kT>(r0);
+    const __m512i hi0 = ValueWords<kT>(r0 + kBlockBytes);
+    __m512i lo1 = _mm512_setzero_si512();
+    __m512i hi1 = _mm512_setzero_si512();
+    if (t + 1 < n) {
+      lo1 = ValueWords<kT>(r0 + row_bytes);
+      hi1 = ValueWords<kT>(r0 + row_bytes + kBlockBytes);
+    }
+    const __m512i x[4] = {
+        _mm512_unpacklo_epi16(lo0, lo1), _mm512_unpackhi_epi16(lo0, lo1),
+        _mm512_unpacklo_epi16(hi0, hi1), _mm512_unpackhi_epi16(hi0, hi1)};
+#pragma GCC unroll 4
+    for (int h = 0; h < kHt; ++h) {
+      const int16_t* wh = w.codes + (h * nb + 2 * c) * bt_pad + t;
+      int32_t w0, w1;
+      std::memcpy(&w0, wh, sizeof(w0));
+      std::memcpy(&w1, wh + bt_pad, sizeof(w1));
+      const __m512i b0 = _mm512_set1_epi32(w0);
+      const __m512i b1 = _mm512_set1_epi32(w1);
+      acc[h][0] = _mm512_dpwssd_epi32(acc[h][0], x[0], b0);
+      acc[h][1] = _mm512_dpwssd_epi32(acc[h][1], x[1], b0);
+      acc[h][2] = _mm512_dpwssd_epi32(acc[h][2], x[2], b1);
+      acc[h][3] = _mm512_dpwssd_epi32(acc[h][3], x[3], b1);
+    }
+  }
+  const __m512 d0 = Set1(w.scales[2 * c]);
+  const __m512 d1 = Set1(w.scales[2 * c + 1]);
+#pragma GCC unroll 4
+  for (int h = 0; h < kHt; ++h) {
+    const __m512 al = Set1(alpha[h]);
+    float* ah = accp + h * head_dim + c * 64;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      Store(ah + j * kW,
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][j]), j < 2 ? d0 : d1,
+                            _mm512_mul_ps(al, Load(ah + j * kW))));
+    }
+  }
+}
+
+template <DType kT>
+inline void PvBlock(const char* v, int64_t row_bytes, int n, int head_dim,
+                    int kv_mul, int bt_pad, const Weights& w,
+                    const float* alpha, float* accp) {
+  const int nb = head_dim / 32;
+  for (int c = 0; c < head_dim / 64; ++c) {
+    for (int h0 = 0; h0 < kv_mul; h0 += 4) {
+      const Weights wh{w.codes + h0 * nb * bt_pad, w.scales};
+      float* ah = accp + h0 * head_dim;
+      switch (kv_mul - h0) {
+        case 1:
+          PvChunk<kT, 1>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+                         head_dim);
+          break;
+        case 2:
+          PvChunk<kT, 2>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+                         head_dim);
+          break;
+        case 3:
+          PvChunk<kT, 3>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+                         head_dim);
+          break;
+        default:
+          PvChunk<kT, 4>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+                         head_dim);
+          break;
+      }
+    }
+  }
+}
+
 template <DType kT, int kNc>
 void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   constexpr int kBlockBytes = kT == DType::kQ8_0 ? 34 : 18;
@@ -557,19 +727,25 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const int64_t row_bytes = int64_t{nb} * kBlockBytes;
   float* s = a.scratch;                         // [kv_mul][bt_pad]
   float* alpha = s + int64_t{kv_mul} * bt_pad;  // [kv_mul]
-  float* vs = alpha + kv_mul;                   // [bt][nb]
-  float* dk = vs + int64_t{bt} * nb;            // [kW][nc][16]
+  float* dv = alpha + kv_mul;                   // [nb][bt_pad]
+  float* dk = dv + int64_t{nb} * bt_pad;        // [kW][nc][16]
   float* qscales = dk + int64_t{kW} * nc * 16;  // [kv_mul][nc][16]
   int32_t* qstart = reinterpret_cast<int32_t*>(qscales + kv_mul * nc * 16);
-  uint8_t* kcodes =
-      reinterpret_cast<uint8_t*>(qstart + kv_mul * nc * 16);  // [kW][hd]
+  float* wscales = reinterpret_cast<float*>(qstart + kv_mul * nc * 16);
+  float* accp = wscales + nb;  // [kv_mul][head_dim], permuted
+  int16_t* wcodes = reinterpret_cast<int16_t*>(
+      accp + int64_t{kv_mul} * head_dim);  // [kv_mul][nb][bt_pad]
+  uint8_t* kcodes = reinterpret_cast<uint8_t*>(
+      wcodes + int64_t{kv_mul} * nb * bt_pad);  // [kW][head_dim]
   int8_t* qcodes = reinterpret_cast<int8_t*>(kcodes + kW * head_dim);
+  const Weights weights{wcodes, wscales};
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
 
   QuantizeQuery(a.q, kv_mul, head_dim, kOffset,
                 QueryCodes{qcodes, qscales, qstart});
   StartState(st, kv_mul, head_dim);
+  std::fill(accp, accp + int64_t{kv_mul} * head_dim, 0.0f);
 
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
@@ -618,11 +794,20 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
       }
     }
     SoftmaxBlock(s, n, bt_pad, kv_mul, st, alpha);
-    // V's scales once the K pass has prefetched its rows.
-    BlockScales<kT>(v, n, head_dim, vs);
-    PvRows<kT, 4>(v, row_bytes, vs, n, head_dim, kv_mul, s, bt_pad, alpha,
-                  st.acc);
+    // V's scales by block (once the K pass has prefetched its rows), then
+    // the weights p·d_v in 16 bits.
+    const int n16 = (n + kW - 1) / kW * kW;
+    for (int b = 0; b < nb; ++b) {
+      for (int t = 0; t < n; ++t) {
+        dv[b * bt_pad + t] = BlockScale(v + t * row_bytes + b * kBlockBytes);
+      }
+      std::fill(dv + b * bt_pad + n, dv + b * bt_pad + n16, 0.0f);
+    }
+    QuantizeWeights(s, dv, kv_mul, nb, bt_pad, n16, weights);
+    PvBlock<kT>(v, row_bytes, n, head_dim, kv_mul, bt_pad, weights, alpha,
+                accp);
   }
+  UndoPairOrder(accp, kv_mul, head_dim, st.acc);
 }
 
 template <DType kT>

@@ -4,9 +4,10 @@
 //
 // Internal to core/attention. Variants, chosen at run time from Cpu()
 // (core/util/cpu_features.h; the build has no -march flags): AVX-512 with
-// AVX512_BF16 dot products for bf16 caches, AVX-512 FMA (f32, and bf16, q8_0
-// and q4_0 widened to f32 as they are read: no dequantized copy of a block
-// is kept), AVX2, and a portable scalar one for any head_dim.
+// AVX512_BF16 dot products for bf16 caches, AVX512_VNNI integer dot
+// products for q8_0 and q4_0 caches (q·k and p·v), AVX-512 FMA (f32, and
+// bf16, q8_0 and q4_0 widened to f32 as they are read: no dequantized copy
+// of a block is kept), AVX2, and a portable scalar one for any head_dim.
 //
 // Thread-safety: kernels are pure functions of their arguments; each
 // thread passes its own scratch and state.

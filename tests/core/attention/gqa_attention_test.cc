@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -95,7 +97,19 @@ class Cache {
     return idx;
   }
 
-  void Grow(int seq, int64_t len) {
+  // A new sequence of `len` positions whose every K element is `k` and
+  // every V element `v`.
+  int AddConstant(int64_t len, float k, float v) {
+    tables_.emplace_back(pool_.get());
+    k_.emplace_back();
+    v_.emplace_back();
+    Grow(static_cast<int>(tables_.size()) - 1, len, std::pair{k, v});
+    return static_cast<int>(tables_.size()) - 1;
+  }
+
+  // Positions up to `len`: random, or all elements `constant` (K, V).
+  void Grow(int seq, int64_t len,
+            std::optional<std::pair<float, float>> constant = std::nullopt) {
     BlockTable& t = tables_[seq];
     const int64_t from = t.num_tokens();
     ASSERT_TRUE(t.Extend(len).ok());
@@ -104,8 +118,8 @@ class Cache {
     for (int64_t pos = from; pos < len; ++pos) {
       for (int layer = 0; layer < kLayers; ++layer) {
         for (int i = 0; i < kv_dim(); ++i) {
-          k[i] = uniform(rng_);
-          v[i] = uniform(rng_);
+          k[i] = constant ? constant->first : uniform(rng_);
+          v[i] = constant ? constant->second : uniform(rng_);
         }
         if (layer == kLayer) {
           Stored(k, &k_[seq]);
@@ -552,6 +566,23 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrFormat("%s_%s", DTypeName(std::get<0>(info.param)),
                              PathName(std::get<1>(info.param)));
     });
+
+// Every position weighs the same and every V element is its type's
+// largest code, over one block of 2048: p·v summed in integers (the VNNI
+// kernel's 16-bit weights) must not overflow int32 (2048 · 32767 · 127 >
+// 2^31), and the output is v itself.
+TEST(GqaAttentionTest, LongBlocksOfExtremeValuesDecodeExactly) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    for (float v : {1.7f, -1.7f}) {
+      const Shape shape{8, 2, 64, 2048, dtype};
+      Cache cache(shape, 2 * 2048, 11);
+      MAKE_ATTENTION_OR_SKIP(attention, cache.pool(), shape,
+                             AttentionPath::kFused, AttentionPath::kFused);
+      const int seq = cache.AddConstant(2048, 0.5f, v);
+      CheckDecode(cache, *attention, shape, {{seq, 2048}, {seq, 2047}});
+    }
+  }
+}
 
 TEST(GqaAttentionTest, RejectsLlamaOrderOverABf16Cache) {
   Cache cache(Shape{8, 4, 8, 16, DType::kBF16}, 64, 1);
