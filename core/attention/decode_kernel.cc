@@ -490,7 +490,8 @@ constexpr int kW = 16;
 
 // Per head and 64-element chunk c of the query: its 64 codes, the scales
 // of its two blocks as lanes (0-7 block 2c, 8-15 block 2c + 1), and the
-// lanes' starting values −offset·Σ of their 4 codes.
+// lanes' starting values: −offset·Σ of the 16 codes of their 128-bit lane
+// (the elements a lane of ScoreTile's sums covers).
 struct QueryCodes {
   int8_t* codes;   // [kv_mul][head_dim]
   float* scales;   // [kv_mul][head_dim / 64][16]
@@ -522,13 +523,53 @@ inline void QuantizeQuery(const float* q, int kv_mul, int head_dim,
             _mm512_mask_blend_ps(0xff00, Set1(d[0]), Set1(d[1])));
       const __m512i codes =
           _mm512_loadu_si512(out.codes + h * head_dim + c * 64);
-      _mm512_storeu_si512(
-          out.start + at,
-          _mm512_sub_epi32(
-              _mm512_setzero_si512(),
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                  _mm512_set1_epi8(offset), codes)));
+      // −offset·Σ of each dword's 4 codes, then summed within 128 bits.
+      __m512i start = _mm512_sub_epi32(
+          _mm512_setzero_si512(),
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(offset),
+                              codes));
+      start =
+          _mm512_add_epi32(start, _mm512_shuffle_epi32(start, _MM_PERM_BADC));
+      start =
+          _mm512_add_epi32(start, _mm512_shuffle_epi32(start, _MM_PERM_CDAB));
+      _mm512_storeu_si512(out.start + at, start);
     }
+  }
+}
+
+// The f16 scales at base + offsets (lanes outside `live` read as 0) as
+// floats. Each lane reads the scale's 2 bytes and the 2 after it (codes).
+inline __m512 GatherScales(const char* base, __m512i offsets, __mmask16 live) {
+  const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
+                                                offsets, base, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+}
+
+// Lanes [0, n) of 16 (all for n >= 16).
+inline __mmask16 FirstLanes(int n) {
+  return n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// The lanes 4L + i with i < n (all for n >= 4, none for n <= 0).
+inline __mmask16 LanesBelow(int n) {
+  if (n <= 0) return 0;
+  return n >= 4 ? 0xffff : static_cast<__mmask16>(((1u << n) - 1) * 0x1111u);
+}
+
+// The tile's codes of one chunk, rows r[0, 16), as 16 vectors: lane
+// 4L + i of x[4R + j] holds row 4R + i's dword 4L + j (its codes
+// [16L + 4j, 16L + 4j + 4)).
+inline void TransposeCodes(const __m512i* r, __m512i* x) {
+  for (int g = 0; g < 4; ++g) {
+    const __m512i* q = r + 4 * g;
+    const __m512i a0 = _mm512_unpacklo_epi32(q[0], q[1]);
+    const __m512i a1 = _mm512_unpackhi_epi32(q[0], q[1]);
+    const __m512i b0 = _mm512_unpacklo_epi32(q[2], q[3]);
+    const __m512i b1 = _mm512_unpackhi_epi32(q[2], q[3]);
+    x[4 * g + 0] = _mm512_unpacklo_epi64(a0, b0);
+    x[4 * g + 1] = _mm512_unpackhi_epi64(a0, b0);
+    x[4 * g + 2] = _mm512_unpacklo_epi64(a1, b1);
+    x[4 * g + 3] = _mm512_unpackhi_epi64(a1, b1);
   }
 }
 
@@ -644,12 +685,10 @@ inline void PvChunk(const char* v, int64_t row_bytes, int n, int c, int nb,
     const char* r0 = chunk + t * row_bytes;
     const __m512i lo0 = ValueWords<kT>(r0);
     const __m512i hi0 = ValueWords<kT>(r0 + kBlockBytes);
-    __m512i lo1 = _mm512_setzero_si512();
-    __m512i hi1 = _mm512_setzero_si512();
-    if (t + 1 < n) {
-      lo1 = ValueWords<kT>(r0 + row_bytes);
-      hi1 = ValueWords<kT>(r0 + row_bytes + kBlockBytes);
-    }
+    // An odd last row pairs with itself: its weight pair's second is 0.
+    const int64_t next = t + 1 < n ? row_bytes : 0;
+    const __m512i lo1 = ValueWords<kT>(r0 + next);
+    const __m512i hi1 = ValueWords<kT>(r0 + next + kBlockBytes);
     const __m512i x[4] = {
         _mm512_unpacklo_epi16(lo0, lo1), _mm512_unpackhi_epi16(lo0, lo1),
         _mm512_unpacklo_epi16(hi0, hi1), _mm512_unpackhi_epi16(hi0, hi1)};
@@ -728,19 +767,32 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   float* s = a.scratch;                         // [kv_mul][bt_pad]
   float* alpha = s + int64_t{kv_mul} * bt_pad;  // [kv_mul]
   float* dv = alpha + kv_mul;                   // [nb][bt_pad]
-  float* dk = dv + int64_t{nb} * bt_pad;        // [kW][nc][16]
+  float* dk = dv + int64_t{nb} * bt_pad;        // [nc][4][16]
   float* qscales = dk + int64_t{kW} * nc * 16;  // [kv_mul][nc][16]
   int32_t* qstart = reinterpret_cast<int32_t*>(qscales + kv_mul * nc * 16);
   float* wscales = reinterpret_cast<float*>(qstart + kv_mul * nc * 16);
   float* accp = wscales + nb;  // [kv_mul][head_dim], permuted
   int16_t* wcodes = reinterpret_cast<int16_t*>(
       accp + int64_t{kv_mul} * head_dim);  // [kv_mul][nb][bt_pad]
-  uint8_t* kcodes = reinterpret_cast<uint8_t*>(
-      wcodes + int64_t{kv_mul} * nb * bt_pad);  // [kW][head_dim]
-  int8_t* qcodes = reinterpret_cast<int8_t*>(kcodes + kW * head_dim);
+  uint8_t* kt = reinterpret_cast<uint8_t*>(
+      wcodes + int64_t{kv_mul} * nb * bt_pad);  // [nc][kW][64]
+  int8_t* qcodes = reinterpret_cast<int8_t*>(kt + kW * head_dim);
   const Weights weights{wcodes, wscales};
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
+
+  // Lane t: row t's; lane 4L + i of a transposed group: row i's block
+  // 2c + L / 2's.
+  const __m512i row_at = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
+  const __m512i scale_at = _mm512_add_epi32(
+      _mm512_mullo_epi32(
+          _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3),
+          _mm512_set1_epi32(static_cast<int32_t>(row_bytes))),
+      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, kBlockBytes, kBlockBytes,
+                        kBlockBytes, kBlockBytes, kBlockBytes, kBlockBytes,
+                        kBlockBytes, kBlockBytes));
 
   QuantizeQuery(a.q, kv_mul, head_dim, kOffset,
                 QueryCodes{qcodes, qscales, qstart});
@@ -755,42 +807,66 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     const char* v = v_base + at;
     for (int t0 = 0; t0 < n; t0 += kW) {
       const int nt = std::min(kW, n - t0);
-      // The tile's K codes, 64 per chunk, and its scales as lanes; rows
-      // past n are zeros (scale 0).
-      for (int t = 0; t < kW; ++t) {
-        for (int c = 0; c < nc; ++c) {
-          __m512i codes = _mm512_setzero_si512();
-          V scales = Zero();
-          if (t < nt) {
-            const char* b0 = k + (t0 + t) * row_bytes + 2 * c * kBlockBytes;
-            codes = KeyCodes<kT>(b0);
-            scales = _mm512_mask_blend_ps(0xff00, Set1(BlockScale(b0)),
-                                          Set1(BlockScale(b0 + kBlockBytes)));
-          }
-          _mm512_storeu_si512(kcodes + t * head_dim + c * 64, codes);
-          Store(dk + (t * nc + c) * 16, scales);
+      // Per chunk: the tile's K codes transposed (TransposeCodes; rows
+      // past nt are zeros) and its K scales in the same lanes (row 4g + i,
+      // block 2c + L / 2; 0 past nt).
+      for (int c = 0; c < nc; ++c) {
+        const char* b0 = k + t0 * row_bytes + 2 * c * kBlockBytes;
+        __m512i r[kW];
+        for (int t = 0; t < kW; ++t) {
+          r[t] = t < nt ? KeyCodes<kT>(b0 + t * row_bytes)
+                        : _mm512_setzero_si512();
+        }
+        __m512i x[kW];
+        TransposeCodes(r, x);
+        for (int j = 0; j < kW; ++j) {
+          _mm512_storeu_si512(kt + (c * kW + j) * 64, x[j]);
+        }
+        for (int g = 0; g < 4; ++g) {
+          Store(dk + (c * 4 + g) * 16,
+                GatherScales(b0 + 4 * g * row_bytes, scale_at,
+                             LanesBelow(nt - 4 * g)));
         }
       }
       for (int h = 0; h < kv_mul; ++h) {
         PrefetchNext(a, i, t0, nt, n, row_bytes, h, kv_mul);
-        V acc[kW];
-#pragma GCC unroll 16
-        for (int t = 0; t < kW; ++t) acc[t] = Zero();
+        V f[4] = {Zero(), Zero(), Zero(), Zero()};
         for (int c = 0; c < nc; ++c) {
           const int qa = (h * nc + c) * 16;
           const __m512i qv = _mm512_loadu_si512(qcodes + h * head_dim + c * 64);
           const __m512i start = _mm512_loadu_si512(qstart + qa);
+          __m512i sums[4] = {start, start, start, start};
+          // qj[j]: dword 4L + j of the query's chunk in each lane of
+          // 128-bit lane L.
+          const __m512i qj[4] = {_mm512_shuffle_epi32(qv, _MM_PERM_AAAA),
+                                 _mm512_shuffle_epi32(qv, _MM_PERM_BBBB),
+                                 _mm512_shuffle_epi32(qv, _MM_PERM_CCCC),
+                                 _mm512_shuffle_epi32(qv, _MM_PERM_DDDD)};
+#pragma GCC unroll 4
+          for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; ++g) {
+              sums[g] = _mm512_dpbusd_epi32(
+                  sums[g], _mm512_loadu_si512(kt + (c * kW + 4 * g + j) * 64),
+                  qj[j]);
+            }
+          }
           const V qd = Load(qscales + qa);
-#pragma GCC unroll 16
-          for (int t = 0; t < kW; ++t) {
-            const __m512i dot = _mm512_dpbusd_epi32(
-                start, _mm512_loadu_si512(kcodes + t * head_dim + c * 64), qv);
-            acc[t] = _mm512_fmadd_ps(
-                _mm512_cvtepi32_ps(dot),
-                _mm512_mul_ps(Load(dk + (t * nc + c) * 16), qd), acc[t]);
+#pragma GCC unroll 4
+          for (int g = 0; g < 4; ++g) {
+            f[g] = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(sums[g]),
+                _mm512_mul_ps(Load(dk + (c * 4 + g) * 16), qd), f[g]);
           }
         }
-        Store(s + h * bt_pad + t0, SumsOfW(acc));
+        // Lane 4L + i of f[g] is row 4g + i's sum over 128-bit lane L.
+        const V w01 = _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], 0x44),
+                                    _mm512_shuffle_f32x4(f[0], f[1], 0xEE));
+        const V w23 = _mm512_add_ps(_mm512_shuffle_f32x4(f[2], f[3], 0x44),
+                                    _mm512_shuffle_f32x4(f[2], f[3], 0xEE));
+        Store(s + h * bt_pad + t0,
+              _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88),
+                            _mm512_shuffle_f32x4(w01, w23, 0xDD)));
       }
     }
     SoftmaxBlock(s, n, bt_pad, kv_mul, st, alpha);
@@ -798,10 +874,11 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     // the weights p·d_v in 16 bits.
     const int n16 = (n + kW - 1) / kW * kW;
     for (int b = 0; b < nb; ++b) {
-      for (int t = 0; t < n; ++t) {
-        dv[b * bt_pad + t] = BlockScale(v + t * row_bytes + b * kBlockBytes);
+      for (int t = 0; t < n; t += kW) {
+        Store(dv + b * bt_pad + t,
+              GatherScales(v + t * row_bytes + b * kBlockBytes, row_at,
+                           FirstLanes(n - t)));
       }
-      std::fill(dv + b * bt_pad + n, dv + b * bt_pad + n16, 0.0f);
     }
     QuantizeWeights(s, dv, kv_mul, nb, bt_pad, n16, weights);
     PvBlock<kT>(v, row_bytes, n, head_dim, kv_mul, bt_pad, weights, alpha,
