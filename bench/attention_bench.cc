@@ -4,6 +4,7 @@
 //
 //   attention_bench [--json] [--block_tokens=N] [--quick] [--decode_only]
 //                   [--fused_only] [--hot] [--head_dim=N] [--T=N]
+//                   [--kv_dtype=f32|bf16|q8_0|q4_0]
 //
 // Decode runs cold: every call reads a different copy of the batch's KV
 // cache, and the copies together exceed the L3 cache.
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -37,6 +39,9 @@ int g_head_dim = 128;
 // --T=N: only the decode cases of N cached positions (512 with --hot: the
 // kernel's rate from L2).
 int64_t g_only_T = 0;
+// --kv_dtype=T: only the decode cases of that KV type (one kernel to
+// profile).
+std::optional<DType> g_only_dtype;
 constexpr int64_t kL3Bytes = int64_t{32} << 20;
 
 struct Env {
@@ -260,6 +265,7 @@ void RunDecode(const Env& env, int block_tokens, bool quick, bool sweep_only,
   // types' summary below.
   std::map<std::tuple<DType, int, int64_t>, double> fused_us;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (g_only_dtype && *g_only_dtype != dtype) continue;
     for (int batch : {1, 8}) {
       for (int64_t T : {512, 4096, 8192, 32768}) {
         if (quick && T == 32768 && batch == 8) continue;
@@ -400,6 +406,16 @@ int main(int argc, char** argv) {
   env.hot = bench::HasFlag(argc, argv, "--hot");
   g_head_dim = static_cast<int>(bench::IntFlag(argc, argv, "--head_dim", 128));
   g_only_T = bench::IntFlag(argc, argv, "--T", 0);
+  if (const std::string t = bench::StringFlag(argc, argv, "--kv_dtype", "");
+      !t.empty()) {
+    absl::StatusOr<DType> d = ParseKvDType(t);
+    if (!d.ok()) {
+      std::fprintf(stderr, "attention_bench: %s\n",
+                   std::string(d.status().message()).c_str());
+      return 2;
+    }
+    g_only_dtype = *d;
+  }
   const bool quick = bench::HasFlag(argc, argv, "--quick");
   const int block_tokens = static_cast<int>(bench::IntFlag(
       argc, argv, "--block_tokens", BlockPoolOptions{}.block_tokens));
