@@ -406,6 +406,14 @@ int main(int argc, char** argv) {
   env.hot = bench::HasFlag(argc, argv, "--hot");
   g_head_dim = static_cast<int>(bench::IntFlag(argc, argv, "--head_dim", 128));
   g_only_T = bench::IntFlag(argc, argv, "--T", 0);
+  if (g_only_T != 0 && g_only_T != 512 && g_only_T != 4096 &&
+      g_only_T != 8192 && g_only_T != 32768) {
+    std::fprintf(stderr,
+                 "attention_bench: --T=%lld is not a case (512, 4096, 8192 or "
+                 "32768)\n",
+                 static_cast<long long>(g_only_T));
+    return 2;
+  }
   if (const std::string t = bench::StringFlag(argc, argv, "--kv_dtype", "");
       !t.empty()) {
     absl::StatusOr<DType> d = ParseKvDType(t);

@@ -34,12 +34,13 @@ int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens) {
   // The widening kernels': scores, one f32 tile, alpha, K and V scales.
   const int64_t widening =
       kv_mul * (bt_pad + 1) + kMaxW * hd + 2 * block_tokens * nb;
-  // avx512vnni's: scores, alpha, V's scales by block, K's tile scales and
-  // codes, the query's scales, starts and codes, the weights' scales and
-  // codes, the permuted accumulators.
-  const int64_t vnni = kv_mul * (bt_pad + 1) + nb * bt_pad + 4 * hd + 4 * hd +
-                       kv_mul * (hd / 4 + hd / 4 + hd / 4) + nb +
-                       kv_mul * (nb * bt_pad / 2 + hd);
+  // avx512vnni's: scores, alpha, V's scales by block, K's tile scales
+  // (hd / 64 chunks of 64) and transposed codes (kMaxW * hd bytes), the
+  // query's scales, starts and codes, the weights' scales and codes, the
+  // permuted accumulators.
+  const int64_t vnni = kv_mul * (bt_pad + 1) + nb * bt_pad + hd +
+                       kMaxW * hd / 4 + kv_mul * (hd / 4 + hd / 4 + hd / 4) +
+                       nb + kv_mul * (nb * bt_pad / 2 + hd);
   return std::max({bf16, widening, vnni});
 }
 
@@ -254,8 +255,19 @@ inline V Exp2V(V x) {
   p = Fma(p, f, _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(p, n);
 }
-// Lane t = Σ lanes of a[t]: pairwise sums within 128-bit lanes, then a
-// 4×4 transpose-and-add of the 128-bit lanes.
+// Lane 4k + i = Σ over the 128-bit lanes L of lane 4L + i of y[k] (k < 4):
+// a 4×4 transpose-and-add of the 128-bit lanes.
+__attribute__((always_inline)) inline V SumsOfLanes128(const V* y) {
+  const V w01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x44),
+                              _mm512_shuffle_f32x4(y[0], y[1], 0xEE));
+  const V w23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x44),
+                              _mm512_shuffle_f32x4(y[2], y[3], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88),
+                       _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
+
+// Lane t = Σ lanes of a[t]: pairwise sums within 128-bit lanes, then
+// SumsOfLanes128.
 __attribute__((always_inline)) inline V SumsOfW(const V* a) {
   V x[8];
   for (int k = 0; k < 8; ++k) {
@@ -267,12 +279,7 @@ __attribute__((always_inline)) inline V SumsOfW(const V* a) {
     y[k] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0x44),
                          _mm512_shuffle_ps(x[2 * k], x[2 * k + 1], 0xEE));
   }
-  const V w01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x44),
-                              _mm512_shuffle_f32x4(y[0], y[1], 0xEE));
-  const V w23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x44),
-                              _mm512_shuffle_f32x4(y[2], y[3], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88),
-                       _mm512_shuffle_f32x4(w01, w23, 0xDD));
+  return SumsOfLanes128(y);
 }
 
 #include "core/attention/decode_kernel_simd.inc"
@@ -483,7 +490,7 @@ using avx512::Set1;
 using avx512::SoftmaxBlock;
 using avx512::StartState;
 using avx512::Store;
-using avx512::SumsOfW;
+using avx512::SumsOfLanes128;
 using avx512::V;
 using avx512::Zero;
 constexpr int kW = 16;
@@ -557,7 +564,7 @@ inline __mmask16 LanesBelow(int n) {
 }
 
 // The tile's codes of one chunk, rows r[0, 16), as 16 vectors: lane
-// 4L + i of x[4R + j] holds row 4R + i's dword 4L + j (its codes
+// 4L + i of x[4g + j] holds row 4g + i's dword 4L + j (its codes
 // [16L + 4j, 16L + 4j + 4)).
 inline void TransposeCodes(const __m512i* r, __m512i* x) {
   for (int g = 0; g < 4; ++g) {
@@ -768,7 +775,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   float* alpha = s + int64_t{kv_mul} * bt_pad;  // [kv_mul]
   float* dv = alpha + kv_mul;                   // [nb][bt_pad]
   float* dk = dv + int64_t{nb} * bt_pad;        // [nc][4][16]
-  float* qscales = dk + int64_t{kW} * nc * 16;  // [kv_mul][nc][16]
+  float* qscales = dk + int64_t{nc} * 4 * 16;   // [kv_mul][nc][16]
   int32_t* qstart = reinterpret_cast<int32_t*>(qscales + kv_mul * nc * 16);
   float* wscales = reinterpret_cast<float*>(qstart + kv_mul * nc * 16);
   float* accp = wscales + nb;  // [kv_mul][head_dim], permuted
@@ -860,13 +867,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
           }
         }
         // Lane 4L + i of f[g] is row 4g + i's sum over 128-bit lane L.
-        const V w01 = _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], 0x44),
-                                    _mm512_shuffle_f32x4(f[0], f[1], 0xEE));
-        const V w23 = _mm512_add_ps(_mm512_shuffle_f32x4(f[2], f[3], 0x44),
-                                    _mm512_shuffle_f32x4(f[2], f[3], 0xEE));
-        Store(s + h * bt_pad + t0,
-              _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88),
-                            _mm512_shuffle_f32x4(w01, w23, 0xDD)));
+        Store(s + h * bt_pad + t0, SumsOfLanes128(f));
       }
     }
     SoftmaxBlock(s, n, bt_pad, kv_mul, st, alpha);
