@@ -248,10 +248,10 @@ else
   ops_wait 30 "router /healthz" ops_http_get "http://$RHEALTH/healthz"
   ops_wait 30 "kvctl health through the router" "$BIN_DIR/kvctl" --addr="$RGRPC" health
   # run-router.sh re-resolves the replicas by reloading nginx (every second
-  # here): calls must go on working across reloads.
-  sleep 2.5
-  podman logs "$ROUTER" 2>&1 | grep -q 'signal process started' ||
-    ops_fail "the router did not reload nginx"
+  # here): calls must go on working across reloads. Waited for, not slept
+  # on: right after the image builds a fixed 2.5 s saw no reload yet.
+  router_reloaded() { podman logs "$ROUTER" 2>&1 | grep -q 'signal process started'; }
+  ops_wait 30 "the router to reload nginx" router_reloaded
   sid=$("$BIN_DIR/kvctl" --addr="$RGRPC" session create "Through the router" | tail -n1)
   timeout 60 "$BIN_DIR/kvctl" --addr="$RGRPC" generate --json --ignore_eos \
     --max_tokens=5 --session="$sid" "" >"$OPS_TMP/router-gen.jsonl"
