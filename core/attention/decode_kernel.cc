@@ -57,11 +57,13 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   float* row = s + int64_t{a.kv_mul} * bt;  // [head_dim]
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
-  for (int h = 0; h < a.kv_mul; ++h) {
-    st.m[h] = -INFINITY;
-    st.l[h] = 0.0f;
+  if (!a.continue_state) {
+    for (int h = 0; h < a.kv_mul; ++h) {
+      st.m[h] = -INFINITY;
+      st.l[h] = 0.0f;
+    }
+    std::fill(st.acc, st.acc + int64_t{a.kv_mul} * head_dim, 0.0f);
   }
-  std::fill(st.acc, st.acc + int64_t{a.kv_mul} * head_dim, 0.0f);
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
@@ -104,25 +106,6 @@ inline float BlockScale(const char* block) {
   return _cvtsh_ss(d);
 }
 #pragma GCC pop_options
-
-// Accumulators summed two positions per instruction (vpdpbf16ps,
-// vpdpwssd) over unpacklo/unpackhi_epi16 of two rows hold each 32-element
-// chunk as [0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, 20-23, 28-31]: into
-// element order, out[kv_mul][head_dim].
-void UndoPairOrder(const float* acc, int kv_mul, int head_dim, float* out) {
-  for (int h = 0; h < kv_mul; ++h) {
-    for (int c = 0; c < head_dim; c += 32) {
-      const float* src = acc + h * head_dim + c;
-      float* dst = out + h * head_dim + c;
-      for (int lane = 0; lane < 4; ++lane) {
-        for (int j = 0; j < 4; ++j) {
-          dst[8 * lane + j] = src[4 * lane + j];
-          dst[8 * lane + 4 + j] = src[16 + 4 * lane + j];
-        }
-      }
-    }
-  }
-}
 
 }  // namespace
 
@@ -282,6 +265,47 @@ __attribute__((always_inline)) inline V SumsOfW(const V* a) {
   return SumsOfLanes128(y);
 }
 
+// Accumulators summed two positions per instruction (vpdpbf16ps,
+// vpdpwssd) over unpacklo/unpackhi_epi16 of two rows hold each 32-element
+// chunk as [0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, 20-23, 28-31].
+// PairOrder: n floats (n % 32 == 0) in element order into that order;
+// UndoPairOrder: back.
+inline void PairOrder(const float* in, int64_t n, float* out) {
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                       24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                       23, 28, 29, 30, 31);
+  for (int64_t c = 0; c < n; c += 32) {
+    const V a = Load(in + c);
+    const V b = Load(in + c + kW);
+    Store(out + c, _mm512_permutex2var_ps(a, lo, b));
+    Store(out + c + kW, _mm512_permutex2var_ps(a, hi, b));
+  }
+}
+inline void UndoPairOrder(const float* in, int64_t n, float* out) {
+  const __m512i lo =
+      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14,
+                                       15, 28, 29, 30, 31);
+  for (int64_t c = 0; c < n; c += 32) {
+    const V a = Load(in + c);
+    const V b = Load(in + c + kW);
+    Store(out + c, _mm512_permutex2var_ps(a, lo, b));
+    Store(out + c + kW, _mm512_permutex2var_ps(a, hi, b));
+  }
+}
+
+// A paired kernel's accumulators at the start: zeros, or the state's
+// (continued) in pair order.
+inline void StartPairs(const DecodeArgs& a, PartialState st, float* acc) {
+  const int64_t n = int64_t{a.kv_mul} * a.head_dim;
+  if (a.continue_state) {
+    PairOrder(st.acc, n, acc);
+  } else {
+    std::fill(acc, acc + n, 0.0f);
+  }
+}
+
 #include "core/attention/decode_kernel_simd.inc"
 
 }  // namespace avx512
@@ -300,9 +324,11 @@ using avx512::Load;
 using avx512::Mul;
 using avx512::Set1;
 using avx512::SoftmaxBlock;
+using avx512::StartPairs;
 using avx512::StartState;
 using avx512::Store;
 using avx512::SumsOfW;
+using avx512::UndoPairOrder;
 using avx512::V;
 using avx512::Zero;
 constexpr int kW = 16;
@@ -423,8 +449,8 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const int64_t row_bytes = head_dim * int64_t{2};
 
   for (int i = 0; i < kv_mul * head_dim; ++i) q16[i] = FloatToBf16(a.q[i]);
-  StartState(st, kv_mul, head_dim);
-  std::fill(acc, acc + int64_t{kv_mul} * head_dim, 0.0f);
+  StartState(a, st);
+  StartPairs(a, st, acc);
 
   for (int i = 0; i < a.n_blocks; ++i) {
     // The first block's skipped positions are left out: its rows start at
@@ -458,7 +484,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     }
     PvRows(v, n, head_dim, kv_mul, p16, bt_pad, alpha, acc);
   }
-  UndoPairOrder(acc, kv_mul, head_dim, st.acc);
+  UndoPairOrder(acc, int64_t{kv_mul} * head_dim, st.acc);
 }
 
 inline DecodeKernel Select(int head_dim) {
@@ -488,9 +514,11 @@ using avx512::Load;
 using avx512::PrefetchNext;
 using avx512::Set1;
 using avx512::SoftmaxBlock;
+using avx512::StartPairs;
 using avx512::StartState;
 using avx512::Store;
 using avx512::SumsOfLanes128;
+using avx512::UndoPairOrder;
 using avx512::V;
 using avx512::Zero;
 constexpr int kW = 16;
@@ -803,8 +831,8 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
 
   QuantizeQuery(a.q, kv_mul, head_dim, kOffset,
                 QueryCodes{qcodes, qscales, qstart});
-  StartState(st, kv_mul, head_dim);
-  std::fill(accp, accp + int64_t{kv_mul} * head_dim, 0.0f);
+  StartState(a, st);
+  StartPairs(a, st, accp);
 
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
@@ -885,7 +913,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     PvBlock<kT>(v, row_bytes, n, head_dim, kv_mul, bt_pad, weights, alpha,
                 accp);
   }
-  UndoPairOrder(accp, kv_mul, head_dim, st.acc);
+  UndoPairOrder(accp, int64_t{kv_mul} * head_dim, st.acc);
 }
 
 template <DType kT>

@@ -57,11 +57,15 @@ struct DecodeArgs {
   const void* next_v = nullptr;
   // Per-thread scratch of at least DecodeScratchFloats() floats.
   float* scratch = nullptr;
+  // The state passed in already holds earlier positions of the same query
+  // (an earlier call's result): it is continued instead of started.
+  bool continue_state = false;
 };
 
 int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens);
 
-// Computes the state from scratch (it is not accumulated into).
+// Computes the state of the run's positions into `out`, from scratch or
+// (continue_state) on top of what `out` holds.
 using DecodeKernel = void (*)(const DecodeArgs& args, PartialState out);
 
 // kAvx512Bf16 adds AVX512_BF16 dot products for bf16 caches.

@@ -168,7 +168,7 @@ void GqaAttention::Impl::PrepareDecode(absl::Span<const SeqKv> seqs,
   partials.resize(runs.size() * PartialFloats());
   const int64_t scratch_floats =
       attention_internal::DecodeScratchFloats(head_dim, kv_mul, block_tokens) +
-      int64_t{kv_mul} * head_dim + PartialFloats();
+      int64_t{kv_mul} * head_dim;
   chunk_seq.clear();
   chunk_idx.clear();
   for (size_t b = 0; b < seqs.size(); ++b) {
@@ -207,9 +207,6 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
     // One item = one chunk of one sequence's blocks, all KV groups, in
     // memory order: block by block, and within a block group by group,
     // so K and V are each read as one long sequential stream.
-    float* tmp = args.scratch + attention_internal::DecodeScratchFloats(
-                                    head_dim, kv_mul, block_tokens);
-    const PartialState t{tmp, tmp + kv_mul, tmp + 2 * kv_mul};
     const int64_t n_chunks = static_cast<int64_t>(chunk_seq.size());
     for (int64_t c = next(); c < n_chunks; c = next()) {
       const int32_t seq = chunk_seq[c];
@@ -238,22 +235,9 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
           const int64_t group_offset = g * GroupBytes();
           args.k_base = k_base + group_offset;
           args.v_base = v_base + group_offset;
-          const PartialState p = Partial(r);
-          if (j == 0) {
-            kernel(args, p);
-            continue;
-          }
-          kernel(args, t);
-          for (int h = 0; h < kv_mul; ++h) {
-            const float m = std::max(p.m[h], t.m[h]);
-            const float a = attention_internal::Exp2(p.m[h] - m);
-            const float b = attention_internal::Exp2(t.m[h] - m);
-            p.m[h] = m;
-            p.l[h] = p.l[h] * a + t.l[h] * b;
-            float* pa = p.acc + h * head_dim;
-            const float* ta = t.acc + h * head_dim;
-            for (int d = 0; d < head_dim; ++d) pa[d] = pa[d] * a + ta[d] * b;
-          }
+          // The chunk's later blocks continue its first one's state.
+          args.continue_state = j > 0;
+          kernel(args, Partial(r));
         }
       }
     }
