@@ -102,8 +102,7 @@ class Fixture {
 
  private:
   void Fill(DType dtype) {
-    const int64_t rows = int64_t{kKvHeads} * pool_->options().block_tokens;
-    const int64_t row_bytes = DTypeRowBytes(dtype, g_head_dim);
+    const int bt = pool_->options().block_tokens;
     const int32_t n = pool_->num_blocks();
 #pragma omp parallel for schedule(static)
     for (int32_t b = 0; b < n; ++b) {
@@ -111,10 +110,12 @@ class Fixture {
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       std::vector<float> row(g_head_dim);
       for (void* p : {pool_->KeyBlock(0, b), pool_->ValueBlock(0, b)}) {
-        for (int64_t r = 0; r < rows; ++r) {
-          for (float& x : row) x = u(rng);
-          StoreKvRow(dtype, row.data(), g_head_dim,
-                     static_cast<char*>(p) + r * row_bytes);
+        for (int h = 0; h < kKvHeads; ++h) {
+          for (int slot = 0; slot < bt; ++slot) {
+            for (float& x : row) x = u(rng);
+            StoreKvRowAt(dtype, row.data(), g_head_dim, bt, slot,
+                         static_cast<char*>(p) + pool_->GroupOffset(h));
+          }
         }
       }
     }

@@ -52,7 +52,6 @@ template <DType kT>
 void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   const int head_dim = a.head_dim;
   const int bt = a.block_tokens;
-  const int64_t row_bytes = DTypeRowBytes(kT, head_dim);
   float* s = a.scratch;                     // [kv_mul][bt]
   float* row = s + int64_t{a.kv_mul} * bt;  // [head_dim]
   const char* k_base = static_cast<const char*>(a.k_base);
@@ -67,15 +66,14 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
-    const int64_t at = a.blocks[i] * a.block_stride + skip * row_bytes;
-    const char* k = k_base + at;
-    const char* v = v_base + at;
+    const char* k = k_base + a.blocks[i] * a.block_stride;
+    const char* v = v_base + a.blocks[i] * a.block_stride;
     for (int h = 0; h < a.kv_mul; ++h) {
       const float* q = a.q + h * head_dim;
       float* sh = s + h * bt;
       float m_new = st.m[h];
       for (int t = 0; t < n; ++t) {
-        LoadKvRow(kT, k + t * row_bytes, head_dim, row);
+        LoadKvRowAt(kT, k, head_dim, bt, skip + t, row);
         float dot = 0.0f;
         for (int d = 0; d < head_dim; ++d) dot += q[d] * row[d];
         sh[t] = dot;
@@ -88,7 +86,7 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
       for (int t = 0; t < n; ++t) {
         const float p = Exp2(sh[t] - m_new);
         l += p;
-        LoadKvRow(kT, v + t * row_bytes, head_dim, row);
+        LoadKvRowAt(kT, v, head_dim, bt, skip + t, row);
         for (int d = 0; d < head_dim; ++d) acc[d] += p * row[d];
       }
       st.l[h] = l;
@@ -572,23 +570,15 @@ inline void QuantizeQuery(const float* q, int kv_mul, int head_dim,
   }
 }
 
-// The f16 scales at base + offsets (lanes outside `live` read as 0) as
-// floats. Each lane reads the scale's 2 bytes and the 2 after it (codes).
-inline __m512 GatherScales(const char* base, __m512i offsets, __mmask16 live) {
-  const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
-                                                offsets, base, 1);
-  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
-}
-
 // Lanes [0, n) of 16 (all for n >= 16).
 inline __mmask16 FirstLanes(int n) {
   return n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// The lanes 4L + i with i < n (all for n >= 4, none for n <= 0).
-inline __mmask16 LanesBelow(int n) {
-  if (n <= 0) return 0;
-  return n >= 4 ? 0xffff : static_cast<__mmask16>(((1u << n) - 1) * 0x1111u);
+// The f16 scales of 16 consecutive positions from a group's scales plane
+// (lanes [0, n) read, the rest 0) as floats.
+inline __m512 LoadScales(const char* p, int n) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(FirstLanes(n), p));
 }
 
 // The tile's codes of one chunk, rows r[0, 16), as 16 vectors: lane
@@ -608,25 +598,19 @@ inline void TransposeCodes(const __m512i* r, __m512i* x) {
   }
 }
 
-// K's 64 codes of chunk c (blocks 2c and 2c + 1) of a row, unsigned, in
-// element order.
+// K's 64 codes of chunk c (blocks 2c and 2c + 1) of a position, unsigned,
+// in element order, from the chunk's codes (64 int8, or 2 x 16 bytes of
+// nibbles).
 template <DType kT>
-inline __m512i KeyCodes(const char* b0) {
+inline __m512i KeyCodes(const char* codes) {
   if constexpr (kT == DType::kQ8_0) {
-    return _mm512_xor_si512(
-        _mm512_set1_epi8(-128),
-        _mm512_inserti64x4(
-            _mm512_castsi256_si512(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 36)), 1));
+    return _mm512_xor_si512(_mm512_set1_epi8(-128), _mm512_loadu_si512(codes));
   } else {
     // [qs of block 2c | of block 2c + 1] → their low nibbles (elements
     // 0-15 of each block) and high ones (16-31), then interleaved by
     // 16 bytes into [lo 2c, hi 2c, lo 2c+1, hi 2c+1].
-    const __m256i qs = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 20)), 1);
+    const __m256i qs =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
     const __m256i mask = _mm256_set1_epi8(0x0f);
     const __m512i z =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(qs, mask)),
@@ -683,15 +667,14 @@ inline void QuantizeWeights(const float* p, float* dv, int kv_mul, int nb,
   }
 }
 
-// V's 32 values of the block at `block` (its scale first) as words.
+// V's 32 values of the block whose codes are at `codes`, as words.
 template <DType kT>
-inline __m512i ValueWords(const char* block) {
+inline __m512i ValueWords(const char* codes) {
   if constexpr (kT == DType::kQ8_0) {
     return _mm512_cvtepi8_epi16(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)));
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
   } else {
-    const __m128i qs =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
     const __m128i mask = _mm_set1_epi8(0x0f);
     const __m256i codes =
         _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, mask)),
@@ -705,10 +688,10 @@ inline __m512i ValueWords(const char* block) {
 // accp[h] = accp[h]·alpha[h] + Σ_t w[h][t]·v[t], in the lane order
 // unpacklo/unpackhi_epi16 leave (as avx512bf16::PvTile's).
 template <DType kT, int kHt>
-inline void PvChunk(const char* v, int64_t row_bytes, int n, int c, int nb,
+inline void PvChunk(const char* v, int64_t code_bytes, int n, int c, int nb,
                     int bt_pad, const Weights& w, const float* alpha,
                     float* accp, int head_dim) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 34 : 18;
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 32 : 16;  // codes
   __m512i acc[kHt][4];
 #pragma GCC unroll 4
   for (int h = 0; h < kHt; ++h) {
@@ -717,11 +700,11 @@ inline void PvChunk(const char* v, int64_t row_bytes, int n, int c, int nb,
   }
   const char* chunk = v + 2 * c * kBlockBytes;
   for (int t = 0; t < n; t += 2) {
-    const char* r0 = chunk + t * row_bytes;
+    const char* r0 = chunk + t * code_bytes;
     const __m512i lo0 = ValueWords<kT>(r0);
     const __m512i hi0 = ValueWords<kT>(r0 + kBlockBytes);
     // An odd last row pairs with itself: its weight pair's second is 0.
-    const int64_t next = t + 1 < n ? row_bytes : 0;
+    const int64_t next = t + 1 < n ? code_bytes : 0;
     const __m512i lo1 = ValueWords<kT>(r0 + next);
     const __m512i hi1 = ValueWords<kT>(r0 + next + kBlockBytes);
     const __m512i x[4] = {
@@ -757,7 +740,7 @@ inline void PvChunk(const char* v, int64_t row_bytes, int n, int c, int nb,
 }
 
 template <DType kT>
-inline void PvBlock(const char* v, int64_t row_bytes, int n, int head_dim,
+inline void PvBlock(const char* v, int64_t code_bytes, int n, int head_dim,
                     int kv_mul, int bt_pad, const Weights& w,
                     const float* alpha, float* accp) {
   const int nb = head_dim / 32;
@@ -767,19 +750,19 @@ inline void PvBlock(const char* v, int64_t row_bytes, int n, int head_dim,
       float* ah = accp + h0 * head_dim;
       switch (kv_mul - h0) {
         case 1:
-          PvChunk<kT, 1>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+          PvChunk<kT, 1>(v, code_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
                          head_dim);
           break;
         case 2:
-          PvChunk<kT, 2>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+          PvChunk<kT, 2>(v, code_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
                          head_dim);
           break;
         case 3:
-          PvChunk<kT, 3>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+          PvChunk<kT, 3>(v, code_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
                          head_dim);
           break;
         default:
-          PvChunk<kT, 4>(v, row_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
+          PvChunk<kT, 4>(v, code_bytes, n, c, nb, bt_pad, wh, alpha + h0, ah,
                          head_dim);
           break;
       }
@@ -789,7 +772,7 @@ inline void PvBlock(const char* v, int64_t row_bytes, int n, int head_dim,
 
 template <DType kT, int kNc>
 void DecodeBlocks(const DecodeArgs& a, PartialState st) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 34 : 18;
+  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 32 : 16;  // codes
   // K's codes minus this are its values' integers.
   constexpr int8_t kOffset = kT == DType::kQ8_0 ? -128 : 8;
   const int head_dim = a.head_dim;
@@ -798,7 +781,9 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const int bt_pad = (bt + kW - 1) / kW * kW;
   const int nc = kNc > 0 ? kNc : head_dim / 64;
   const int nb = head_dim / 32;
-  const int64_t row_bytes = int64_t{nb} * kBlockBytes;
+  const int64_t code_bytes = int64_t{nb} * kBlockBytes;
+  const int64_t row_bytes = DTypeRowBytes(kT, head_dim);
+  const int64_t scales_at = KvScalesOffset(kT, head_dim, bt);
   float* s = a.scratch;                         // [kv_mul][bt_pad]
   float* alpha = s + int64_t{kv_mul} * bt_pad;  // [kv_mul]
   float* dv = alpha + kv_mul;                   // [nb][bt_pad]
@@ -816,18 +801,15 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
 
-  // Lane t: row t's; lane 4L + i of a transposed group: row i's block
-  // 2c + L / 2's.
-  const __m512i row_at = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(static_cast<int32_t>(row_bytes)));
-  const __m512i scale_at = _mm512_add_epi32(
-      _mm512_mullo_epi32(
-          _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3),
-          _mm512_set1_epi32(static_cast<int32_t>(row_bytes))),
-      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, kBlockBytes, kBlockBytes,
-                        kBlockBytes, kBlockBytes, kBlockBytes, kBlockBytes,
-                        kBlockBytes, kBlockBytes));
+  // Lane 4L + i of a transposed group g: row 4g + i's scale of block
+  // 2c + L / 2, from [block 2c's 16 rows | block 2c + 1's].
+  __m512i scale_of[4];
+  for (int g = 0; g < 4; ++g) {
+    scale_of[g] =
+        _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 16, 17, 18,
+                                           19, 16, 17, 18, 19),
+                         _mm512_set1_epi32(4 * g));
+  }
 
   QuantizeQuery(a.q, kv_mul, head_dim, kOffset,
                 QueryCodes{qcodes, qscales, qstart});
@@ -837,19 +819,22 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
-    const int64_t at = a.blocks[i] * a.block_stride + skip * row_bytes;
-    const char* k = k_base + at;
-    const char* v = v_base + at;
+    // Codes and block b's scales of the block's first position read.
+    const int64_t at = a.blocks[i] * a.block_stride;
+    const char* k = k_base + at + skip * code_bytes;
+    const char* v = v_base + at + skip * code_bytes;
+    const char* ks = k_base + at + scales_at + skip * 2;
+    const char* vs = v_base + at + scales_at + skip * 2;
     for (int t0 = 0; t0 < n; t0 += kW) {
       const int nt = std::min(kW, n - t0);
       // Per chunk: the tile's K codes transposed (TransposeCodes; rows
       // past nt are zeros) and its K scales in the same lanes (row 4g + i,
       // block 2c + L / 2; 0 past nt).
       for (int c = 0; c < nc; ++c) {
-        const char* b0 = k + t0 * row_bytes + 2 * c * kBlockBytes;
+        const char* b0 = k + t0 * code_bytes + 2 * c * kBlockBytes;
         __m512i r[kW];
         for (int t = 0; t < kW; ++t) {
-          r[t] = t < nt ? KeyCodes<kT>(b0 + t * row_bytes)
+          r[t] = t < nt ? KeyCodes<kT>(b0 + t * code_bytes)
                         : _mm512_setzero_si512();
         }
         __m512i x[kW];
@@ -857,10 +842,11 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
         for (int j = 0; j < kW; ++j) {
           _mm512_storeu_si512(kt + (c * kW + j) * 64, x[j]);
         }
+        const V s0 = LoadScales(ks + (int64_t{2 * c} * bt + t0) * 2, nt);
+        const V s1 = LoadScales(ks + (int64_t{2 * c + 1} * bt + t0) * 2, nt);
         for (int g = 0; g < 4; ++g) {
           Store(dk + (c * 4 + g) * 16,
-                GatherScales(b0 + 4 * g * row_bytes, scale_at,
-                             LanesBelow(nt - 4 * g)));
+                _mm512_permutex2var_ps(s0, scale_of[g], s1));
         }
       }
       for (int h = 0; h < kv_mul; ++h) {
@@ -905,12 +891,11 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
     for (int b = 0; b < nb; ++b) {
       for (int t = 0; t < n; t += kW) {
         Store(dv + b * bt_pad + t,
-              GatherScales(v + t * row_bytes + b * kBlockBytes, row_at,
-                           FirstLanes(n - t)));
+              LoadScales(vs + (int64_t{b} * bt + t) * 2, n - t));
       }
     }
     QuantizeWeights(s, dv, kv_mul, nb, bt_pad, n16, weights);
-    PvBlock<kT>(v, row_bytes, n, head_dim, kv_mul, bt_pad, weights, alpha,
+    PvBlock<kT>(v, code_bytes, n, head_dim, kv_mul, bt_pad, weights, alpha,
                 accp);
   }
   UndoPairOrder(accp, int64_t{kv_mul} * head_dim, st.acc);

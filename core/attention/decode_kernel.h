@@ -36,9 +36,9 @@ struct DecodeArgs {
   int block_tokens = 0;
   // [kv_mul][head_dim] f32, already scaled by log2(e) / sqrt(head_dim).
   const float* q = nullptr;
-  // The group's K (V) rows of block b start at k_base (v_base) +
-  // b * block_stride bytes; each row is DTypeRowBytes(dtype, head_dim)
-  // bytes of the pool's dtype (the kernel's).
+  // The group's K (V) in block b (block_tokens positions in the pool's
+  // dtype, the kernel's, laid out as core/kv/kv_rows.h says) starts at
+  // k_base (v_base) + b * block_stride bytes.
   const void* k_base = nullptr;
   const void* v_base = nullptr;
   int64_t block_stride = 0;

@@ -111,14 +111,15 @@ void OneDnnAttention::Prefill(int layer, const SeqKv& seq, int64_t start_pos,
 #pragma omp for schedule(static)
       for (int64_t pos = lo; pos < n_ctx; ++pos) {
         const int32_t block = seq.blocks[pos / bt];
-        const int64_t at = pool_->RowOffset(g, pos % bt);
-        LoadKvRow(dtype_,
-                  static_cast<const char*>(pool_->KeyBlock(layer, block)) + at,
-                  d, &kc[(pos - lo) * d]);
-        LoadKvRow(
+        const int64_t at = pool_->GroupOffset(g);
+        LoadKvRowAt(
+            dtype_,
+            static_cast<const char*>(pool_->KeyBlock(layer, block)) + at, d, bt,
+            pos % bt, &kc[(pos - lo) * d]);
+        LoadKvRowAt(
             dtype_,
             static_cast<const char*>(pool_->ValueBlock(layer, block)) + at, d,
-            &vc[(pos - lo) * d]);
+            bt, pos % bt, &vc[(pos - lo) * d]);
       }
       // (implicit barrier: the group's K and V are gathered)
 #pragma omp for schedule(dynamic, 1)

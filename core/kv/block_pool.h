@@ -97,15 +97,17 @@ class BlockPool {
   int64_t capacity_bytes() const;     // num_blocks * bytes_per_block
   int64_t used_bytes() const;         // num_used_blocks * bytes_per_block
 
-  // Bytes of one position's row of one KV head, and where the row of
-  // `kv_head` at `slot` starts in a block's K or V.
+  // Bytes of one position's row of one KV head, and where the group of
+  // `kv_head` (its block_tokens rows, core/kv/kv_rows.h) starts in a
+  // block's K or V.
   int64_t row_bytes() const;
-  int64_t RowOffset(int kv_head, int64_t slot) const {
-    return (int64_t{kv_head} * options().block_tokens + slot) * row_bytes();
+  int64_t GroupOffset(int kv_head) const {
+    return int64_t{kv_head} * options().block_tokens * row_bytes();
   }
-  // Start of [kv_head][token_in_block][head_dim] for one layer and block;
-  // each row is DTypeRowBytes(options().dtype, head_dim) bytes: floats,
-  // bf16 bits, or q8_0 / q4_0 blocks (core/util/dtype.h).
+  // Start of a layer's K (V) in a block: n_kv_heads groups of block_tokens
+  // positions, each position DTypeRowBytes(options().dtype, head_dim)
+  // bytes of floats, bf16 bits or q8_0 / q4_0 codes and scales, laid out as
+  // core/kv/kv_rows.h says (StoreKvRowAt, LoadKvRowAt).
   void* KeyBlock(int layer, int32_t block);
   void* ValueBlock(int layer, int32_t block);
   const void* KeyBlock(int layer, int32_t block) const;

@@ -79,9 +79,11 @@ void BlockTable::WriteKv(int layer, int64_t pos, const float* k,
   char* kb = static_cast<char*>(pool_->KeyBlock(layer, block));
   char* vb = static_cast<char*>(pool_->ValueBlock(layer, block));
   for (int h = 0; h < o.n_kv_heads; ++h) {
-    const int64_t offset = pool_->RowOffset(h, slot);
-    StoreKvRow(o.dtype, k + h * o.head_dim, o.head_dim, kb + offset);
-    StoreKvRow(o.dtype, v + h * o.head_dim, o.head_dim, vb + offset);
+    const int64_t offset = pool_->GroupOffset(h);
+    StoreKvRowAt(o.dtype, k + h * o.head_dim, o.head_dim, o.block_tokens, slot,
+                 kb + offset);
+    StoreKvRowAt(o.dtype, v + h * o.head_dim, o.head_dim, o.block_tokens, slot,
+                 vb + offset);
   }
 }
 

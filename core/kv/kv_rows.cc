@@ -1,6 +1,7 @@
 #include "core/kv/kv_rows.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/quant/activation.h"
 #include "core/quant/quant.h"
@@ -17,7 +18,102 @@ const quant::TypeInfo& BlockInfo(DType dtype) {
   return *info;
 }
 
+// A block type's bytes per 32-element block: its codes and the scale.
+int64_t BlockCodeBytes(DType dtype) { return dtype == DType::kQ8_0 ? 32 : 16; }
+constexpr int64_t kScaleBytes = 2;
+
+// A row staged between its format and a group's planes: on the stack up
+// to kStack bytes.
+class RowBuffer {
+ public:
+  explicit RowBuffer(int64_t bytes) {
+    if (bytes > kStack) {
+      heap_.resize(bytes);
+      data_ = heap_.data();
+    }
+  }
+  char* data() { return data_; }
+
+ private:
+  static constexpr int64_t kStack = 2048;
+  char stack_[kStack];
+  std::vector<char> heap_;
+  char* data_ = stack_;
+};
+
 }  // namespace
+
+int64_t KvCodeBytes(DType dtype, int64_t n) {
+  if (!IsBlockQuantized(dtype)) return DTypeRowBytes(dtype, n);
+  return n / kDTypeBlockElems * BlockCodeBytes(dtype);
+}
+
+void ReadKvRowAt(DType dtype, const void* group, int64_t n,
+                 int64_t block_tokens, int64_t slot, void* row) {
+  const char* g = static_cast<const char*>(group);
+  const int64_t code_bytes = KvCodeBytes(dtype, n);
+  if (!IsBlockQuantized(dtype)) {
+    std::memcpy(row, g + slot * code_bytes, code_bytes);
+    return;
+  }
+  const int64_t cb = BlockCodeBytes(dtype);
+  const char* codes = g + slot * code_bytes;
+  const char* scales = g + KvScalesOffset(dtype, n, block_tokens);
+  char* out = static_cast<char*>(row);
+  for (int64_t b = 0; b < n / kDTypeBlockElems; ++b) {
+    char* blk = out + b * (kScaleBytes + cb);
+    std::memcpy(blk, scales + (b * block_tokens + slot) * kScaleBytes,
+                kScaleBytes);
+    std::memcpy(blk + kScaleBytes, codes + b * cb, cb);
+  }
+}
+
+void WriteKvRowAt(DType dtype, const void* row, int64_t n, int64_t block_tokens,
+                  int64_t slot, void* group) {
+  char* g = static_cast<char*>(group);
+  const int64_t code_bytes = KvCodeBytes(dtype, n);
+  if (!IsBlockQuantized(dtype)) {
+    std::memcpy(g + slot * code_bytes, row, code_bytes);
+    return;
+  }
+  const int64_t cb = BlockCodeBytes(dtype);
+  char* codes = g + slot * code_bytes;
+  char* scales = g + KvScalesOffset(dtype, n, block_tokens);
+  const char* in = static_cast<const char*>(row);
+  for (int64_t b = 0; b < n / kDTypeBlockElems; ++b) {
+    const char* blk = in + b * (kScaleBytes + cb);
+    std::memcpy(scales + (b * block_tokens + slot) * kScaleBytes, blk,
+                kScaleBytes);
+    std::memcpy(codes + b * cb, blk + kScaleBytes, cb);
+  }
+}
+
+void StoreKvRowAt(DType dtype, const float* src, int64_t n,
+                  int64_t block_tokens, int64_t slot, void* group) {
+  if (!IsBlockQuantized(dtype)) {
+    StoreKvRow(dtype, src, n,
+               static_cast<char*>(group) + slot * KvCodeBytes(dtype, n));
+    return;
+  }
+  RowBuffer buffer(DTypeRowBytes(dtype, n));
+  char* row = buffer.data();
+  StoreKvRow(dtype, src, n, row);
+  WriteKvRowAt(dtype, row, n, block_tokens, slot, group);
+}
+
+void LoadKvRowAt(DType dtype, const void* group, int64_t n,
+                 int64_t block_tokens, int64_t slot, float* dst) {
+  if (!IsBlockQuantized(dtype)) {
+    LoadKvRow(dtype,
+              static_cast<const char*>(group) + slot * KvCodeBytes(dtype, n), n,
+              dst);
+    return;
+  }
+  RowBuffer buffer(DTypeRowBytes(dtype, n));
+  char* row = buffer.data();
+  ReadKvRowAt(dtype, group, n, block_tokens, slot, row);
+  LoadKvRow(dtype, row, n, dst);
+}
 
 void StoreKvRow(DType dtype, const float* src, int64_t n, void* dst) {
   switch (dtype) {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/kv/kv_rows.h"
 #include "core/util/check.h"
 #include "core/util/little_endian.h"
 #include "core/util/xxhash64.h"
@@ -92,7 +93,10 @@ std::string EncodeKvSnapshot(const KvSnapshotKey& key,
            {pool.KeyBlock(layer, block), pool.ValueBlock(layer, block)}) {
         const char* b = static_cast<const char*>(base);
         for (int h = 0; h < o.n_kv_heads; ++h) {
-          out.append(b + pool.RowOffset(h, slot), row);
+          const size_t at = out.size();
+          out.resize(at + row);
+          ReadKvRowAt(o.dtype, b + pool.GroupOffset(h), o.head_dim,
+                      o.block_tokens, slot, out.data() + at);
         }
       }
     }
@@ -147,7 +151,8 @@ void RestoreKvSnapshot(std::string_view bytes, int64_t from, int64_t n,
            {pool.KeyBlock(layer, block), pool.ValueBlock(layer, block)}) {
         char* b = static_cast<char*>(base);
         for (int hd = 0; hd < o.n_kv_heads; ++hd, src += row) {
-          std::memcpy(b + pool.RowOffset(hd, slot), src, row);
+          WriteKvRowAt(o.dtype, src, o.head_dim, o.block_tokens, slot,
+                       b + pool.GroupOffset(hd));
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -333,12 +334,14 @@ TEST(BlockTableTest, QuantizedPoolsStoreGgmlsBlocksOf32) {
       v[i] = -k[i];
     }
     t.WriteKv(0, 2, k.data(), v.data());
-    const int64_t row = DTypeRowBytes(dtype, kDim);
     const int64_t block_bytes = dtype == DType::kQ8_0 ? 34 : 18;
     for (int h = 0; h < 2; ++h) {
-      const char* stored =
-          static_cast<const char*>(pool->KeyBlock(0, t.blocks()[0])) +
-          (h * 4 + 2) * row;
+      std::vector<char> row(DTypeRowBytes(dtype, kDim));
+      ReadKvRowAt(dtype,
+                  static_cast<const char*>(pool->KeyBlock(0, t.blocks()[0])) +
+                      pool->GroupOffset(h),
+                  kDim, 4, 2, row.data());
+      const char* stored = row.data();
       std::vector<float> back(kDim);
       LoadKvRow(dtype, stored, kDim, back.data());
       for (int b = 0; b < kDim / 32; ++b) {
@@ -363,6 +366,55 @@ TEST(BlockTableTest, QuantizedPoolsStoreGgmlsBlocksOf32) {
               << " of " << xb[j];
         }
       }
+    }
+  }
+}
+
+// A group keeps a block type's rows as two planes: every position's codes,
+// then the f16 scales block by block ([head_dim / 32][block_tokens]), so a
+// kernel loads 16 positions' scales of a block at once; the rows read back
+// as written.
+TEST(BlockTableTest, QuantizedGroupsKeepCodesThenScalesByBlock) {
+  constexpr int kDim = 64;
+  constexpr int kBt = 5;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t row_bytes = DTypeRowBytes(dtype, kDim);
+    const int64_t code_bytes = dtype == DType::kQ8_0 ? 32 : 16;  // per block
+    ASSERT_EQ(KvCodeBytes(dtype, kDim), 2 * code_bytes);
+    ASSERT_EQ(KvScalesOffset(dtype, kDim, kBt), kBt * 2 * code_bytes);
+    std::vector<char> group(kBt * row_bytes, 0);
+    std::vector<std::vector<char>> rows;
+    for (int slot = 0; slot < kBt; ++slot) {
+      std::vector<float> x(kDim);
+      for (int i = 0; i < kDim; ++i) {
+        x[i] = std::sin(0.3 * i + slot) * (1 + slot + (i >= 32 ? 4 : 0));
+      }
+      rows.emplace_back(row_bytes);
+      StoreKvRow(dtype, x.data(), kDim, rows.back().data());
+      StoreKvRowAt(dtype, x.data(), kDim, kBt, slot, group.data());
+    }
+    for (int slot = 0; slot < kBt; ++slot) {
+      const char* row = rows[slot].data();
+      for (int b = 0; b < 2; ++b) {
+        const char* blk = row + b * (2 + code_bytes);
+        EXPECT_EQ(std::memcmp(group.data() + KvScalesOffset(dtype, kDim, kBt) +
+                                  (b * kBt + slot) * 2,
+                              blk, 2),
+                  0)
+            << DTypeName(dtype) << " slot " << slot << " block " << b;
+        EXPECT_EQ(
+            std::memcmp(group.data() + slot * 2 * code_bytes + b * code_bytes,
+                        blk + 2, code_bytes),
+            0)
+            << DTypeName(dtype) << " slot " << slot << " block " << b;
+      }
+      std::vector<char> back(row_bytes);
+      ReadKvRowAt(dtype, group.data(), kDim, kBt, slot, back.data());
+      EXPECT_EQ(back, rows[slot]) << DTypeName(dtype) << " slot " << slot;
+      std::vector<float> want(kDim), got(kDim);
+      LoadKvRow(dtype, row, kDim, want.data());
+      LoadKvRowAt(dtype, group.data(), kDim, kBt, slot, got.data());
+      EXPECT_EQ(got, want) << DTypeName(dtype) << " slot " << slot;
     }
   }
 }

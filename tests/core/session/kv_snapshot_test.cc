@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv/kv_rows.h"
 #include "gtest/gtest.h"
 
 namespace kvserve {
@@ -48,13 +49,17 @@ class KvSnapshotTest : public ::testing::TestWithParam<DType> {
 
   // The stored bytes of K and V of head h at layer l, position p.
   std::string RowsOf(const BlockTable& t, int l, int64_t p, int h) {
-    const int64_t row = DTypeRowBytes(GetParam(), head_dim_);
-    const int64_t at = (h * 4 + p % 4) * row;
+    const DType dtype = GetParam();
     const int32_t block = t.blocks()[p / 4];
-    return std::string(static_cast<const char*>(pool_->KeyBlock(l, block)) + at,
-                       row) +
-           std::string(
-               static_cast<const char*>(pool_->ValueBlock(l, block)) + at, row);
+    std::string out;
+    for (const void* base :
+         {pool_->KeyBlock(l, block), pool_->ValueBlock(l, block)}) {
+      std::string row(DTypeRowBytes(dtype, head_dim_), '\0');
+      ReadKvRowAt(dtype, static_cast<const char*>(base) + pool_->GroupOffset(h),
+                  head_dim_, 4, p % 4, row.data());
+      out += row;
+    }
+    return out;
   }
 
   int head_dim_ = 0;
