@@ -168,7 +168,7 @@ void GqaAttention::Impl::PrepareDecode(absl::Span<const SeqKv> seqs,
   partials.resize(runs.size() * PartialFloats());
   const int64_t scratch_floats =
       attention_internal::DecodeScratchFloats(head_dim, kv_mul, block_tokens) +
-      int64_t{kv_mul} * head_dim;
+      int64_t{n_heads} * head_dim;
   chunk_seq.clear();
   chunk_idx.clear();
   for (size_t b = 0; b < seqs.size(); ++b) {
@@ -192,14 +192,14 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
   const int64_t row = int64_t{n_heads} * head_dim;
   const int64_t group_floats = int64_t{kv_mul} * head_dim;
   float* scratch = thread_scratch[tid].data();
-  float* qs = scratch;
+  float* qs = scratch;  // [n_heads][head_dim], scaled
   DecodeArgs args;
   args.head_dim = head_dim;
   args.kv_mul = kv_mul;
   args.block_tokens = block_tokens;
   args.q = qs;
   args.block_stride = BlockStride();
-  args.scratch = scratch + group_floats;
+  args.scratch = scratch + row;
   // Items are taken one at a time from a shared counter (dynamic
   // scheduling: runs differ in length).
   auto next = [&] { return next_item.fetch_add(1, std::memory_order_relaxed); };
@@ -212,6 +212,9 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
       const int32_t seq = chunk_seq[c];
       const int32_t idx = chunk_idx[c];
       const Run& run0 = runs[first_run[int64_t{seq} * n_kv_heads] + idx];
+      // The sequence's queries, scaled once for all of the chunk's calls.
+      const float* qseq = q + seq * row;
+      for (int64_t i = 0; i < row; ++i) qs[i] = qseq[i] * q_scale;
       for (int32_t j = 0; j < run0.n_blocks; ++j) {
         args.blocks = seqs[seq].blocks.data() + run0.first_block + j;
         args.n_blocks = 1;
@@ -230,8 +233,7 @@ void GqaAttention::Impl::DecodeWork(int layer, absl::Span<const SeqKv> seqs,
           args.next_k = next < 0 ? nullptr : k_base + next;
           args.next_v = next < 0 ? nullptr : v_base + next;
           const int64_t r = first_run[int64_t{seq} * n_kv_heads + g] + idx;
-          const float* qg = q + seq * row + g * group_floats;
-          for (int64_t i = 0; i < group_floats; ++i) qs[i] = qg[i] * q_scale;
+          args.q = qs + g * group_floats;
           const int64_t group_offset = g * GroupBytes();
           args.k_base = k_base + group_offset;
           args.v_base = v_base + group_offset;
