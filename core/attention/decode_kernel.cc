@@ -268,11 +268,9 @@ __attribute__((always_inline)) inline V SumsOfW(const V* a) {
 // chunk as [0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, 20-23, 28-31].
 // PairOrder: n floats (n % 32 == 0) in element order into that order;
 // UndoPairOrder: back.
-inline void PairOrder(const float* in, int64_t n, float* out) {
-  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
-                                       24, 25, 26, 27);
-  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
-                                       23, 28, 29, 30, 31);
+// out[c, c + 32) = [lo of in[c, c + 32) | hi of it] for every c.
+inline void Permute32(const float* in, int64_t n, __m512i lo, __m512i hi,
+                      float* out) {
   for (int64_t c = 0; c < n; c += 32) {
     const V a = Load(in + c);
     const V b = Load(in + c + kW);
@@ -280,17 +278,21 @@ inline void PairOrder(const float* in, int64_t n, float* out) {
     Store(out + c + kW, _mm512_permutex2var_ps(a, hi, b));
   }
 }
+inline void PairOrder(const float* in, int64_t n, float* out) {
+  Permute32(in, n,
+            _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25,
+                              26, 27),
+            _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28,
+                              29, 30, 31),
+            out);
+}
 inline void UndoPairOrder(const float* in, int64_t n, float* out) {
-  const __m512i lo =
-      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14,
-                                       15, 28, 29, 30, 31);
-  for (int64_t c = 0; c < n; c += 32) {
-    const V a = Load(in + c);
-    const V b = Load(in + c + kW);
-    Store(out + c, _mm512_permutex2var_ps(a, lo, b));
-    Store(out + c + kW, _mm512_permutex2var_ps(a, hi, b));
-  }
+  Permute32(
+      in, n,
+      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29,
+                        30, 31),
+      out);
 }
 
 // A paired kernel's accumulators at the start: zeros, or the state's
