@@ -121,6 +121,9 @@ inline V LoadBf16(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+inline V LoadF16(const char* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 // kW int8 → f32.
 inline V LoadQ8(const char* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
@@ -201,6 +204,10 @@ inline void Store(float* p, V x) { _mm512_storeu_ps(p, x); }
 inline V LoadBf16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline V LoadF16(const char* p) {
+  return _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 // kW int8 → f32.
 inline V LoadQ8(const char* p) {
