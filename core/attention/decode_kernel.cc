@@ -22,6 +22,15 @@ namespace kvserve::attention_internal {
 
 float Exp2(float x) { return std::exp2(x); }
 
+void StartState(const DecodeArgs& a, PartialState st) {
+  if (a.continue_state) return;
+  for (int h = 0; h < a.kv_mul; ++h) {
+    st.m[h] = -INFINITY;
+    st.l[h] = 0.0f;
+  }
+  std::fill(st.acc, st.acc + int64_t{a.kv_mul} * a.head_dim, 0.0f);
+}
+
 int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens) {
   constexpr int kMaxW = 16;
   const int64_t bt_pad = (block_tokens + kMaxW - 1) / kMaxW * kMaxW;
@@ -56,13 +65,7 @@ void DecodeBlocksScalar(const DecodeArgs& a, PartialState st) {
   float* row = s + int64_t{a.kv_mul} * bt;  // [head_dim]
   const char* k_base = static_cast<const char*>(a.k_base);
   const char* v_base = static_cast<const char*>(a.v_base);
-  if (!a.continue_state) {
-    for (int h = 0; h < a.kv_mul; ++h) {
-      st.m[h] = -INFINITY;
-      st.l[h] = 0.0f;
-    }
-    std::fill(st.acc, st.acc + int64_t{a.kv_mul} * head_dim, 0.0f);
-  }
+  StartState(a, st);
   for (int i = 0; i < a.n_blocks; ++i) {
     const int skip = i == 0 ? a.first_block_skip : 0;
     const int n = (i + 1 == a.n_blocks ? a.last_block_tokens : bt) - skip;
@@ -332,7 +335,6 @@ using avx512::Mul;
 using avx512::Set1;
 using avx512::SoftmaxBlock;
 using avx512::StartPairs;
-using avx512::StartState;
 using avx512::Store;
 using avx512::SumsOfW;
 using avx512::UndoPairOrder;
@@ -522,7 +524,6 @@ using avx512::PrefetchNext;
 using avx512::Set1;
 using avx512::SoftmaxBlock;
 using avx512::StartPairs;
-using avx512::StartState;
 using avx512::Store;
 using avx512::SumsOfLanes128;
 using avx512::UndoPairOrder;
@@ -700,7 +701,7 @@ template <DType kT, int kHt>
 inline void PvChunk(const char* v, int64_t code_bytes, int n, int c, int nb,
                     int bt_pad, const Weights& w, const float* alpha,
                     float* accp, int head_dim) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 32 : 16;  // codes
+  constexpr int kBlockBytes = DTypeBlockCodeBytes(kT);
   __m512i acc[kHt][4];
 #pragma GCC unroll 4
   for (int h = 0; h < kHt; ++h) {
@@ -781,7 +782,7 @@ inline void PvBlock(const char* v, int64_t code_bytes, int n, int head_dim,
 
 template <DType kT, int kNc>
 void DecodeBlocks(const DecodeArgs& a, PartialState st) {
-  constexpr int kBlockBytes = kT == DType::kQ8_0 ? 32 : 16;  // codes
+  constexpr int kBlockBytes = DTypeBlockCodeBytes(kT);
   // K's codes minus this are its values' integers.
   constexpr int8_t kOffset = kT == DType::kQ8_0 ? -128 : 8;
   const int head_dim = a.head_dim;
@@ -790,7 +791,7 @@ void DecodeBlocks(const DecodeArgs& a, PartialState st) {
   const int bt_pad = (bt + kW - 1) / kW * kW;
   const int nc = kNc > 0 ? kNc : head_dim / 64;
   const int nb = head_dim / 32;
-  const int64_t code_bytes = int64_t{nb} * kBlockBytes;
+  const int64_t code_bytes = KvCodeBytes(kT, head_dim);
   const int64_t row_bytes = DTypeRowBytes(kT, head_dim);
   const int64_t scales_at = KvScalesOffset(kT, head_dim, bt);
   float* s = a.scratch;                         // [kv_mul][bt_pad]

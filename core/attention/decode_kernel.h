@@ -68,6 +68,11 @@ int64_t DecodeScratchFloats(int head_dim, int kv_mul, int block_tokens);
 // (continue_state) on top of what `out` holds.
 using DecodeKernel = void (*)(const DecodeArgs& args, PartialState out);
 
+// The state before any position (m = −inf, l = 0, acc = 0), or `st` left
+// as it is when a.continue_state: how every kernel (and oneDNN's decode
+// run) starts.
+void StartState(const DecodeArgs& a, PartialState st);
+
 // kAvx512Bf16 adds AVX512_BF16 dot products for bf16 caches.
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 // The best variant for Cpu() (core/util/cpu_features.h: the CPU's features

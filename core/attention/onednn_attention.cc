@@ -214,13 +214,7 @@ void OneDnnAttention::DecodeRun(const DecodeArgs& a, PartialState st) {
     q_in = q16;
     p16 = ThreadBuffer(p16_buf, max_r * h_n * bt);
   }
-  if (!a.continue_state) {
-    for (int h = 0; h < h_n; ++h) {
-      st.m[h] = -INFINITY;
-      st.l[h] = 0.0f;
-    }
-    std::fill(st.acc, st.acc + h_n * d, 0.0f);
-  }
+  StartState(a, st);
 
   // Positions past the last valid one hold garbage (maybe NaN bit patterns,
   // and 0 · NaN = NaN), so a partly filled last block is multiplied from a

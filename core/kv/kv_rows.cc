@@ -1,8 +1,8 @@
 #include "core/kv/kv_rows.h"
 
 #include <cstring>
-#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "core/quant/activation.h"
 #include "core/quant/quant.h"
 #include "core/util/bf16.h"
@@ -18,34 +18,17 @@ const quant::TypeInfo& BlockInfo(DType dtype) {
   return *info;
 }
 
-// A block type's bytes per 32-element block: its codes and the scale.
-int64_t BlockCodeBytes(DType dtype) { return dtype == DType::kQ8_0 ? 32 : 16; }
 constexpr int64_t kScaleBytes = 2;
 
-// A row staged between its format and a group's planes: on the stack up
-// to kStack bytes.
-class RowBuffer {
- public:
-  explicit RowBuffer(int64_t bytes) {
-    if (bytes > kStack) {
-      heap_.resize(bytes);
-      data_ = heap_.data();
-    }
-  }
-  char* data() { return data_; }
-
- private:
-  static constexpr int64_t kStack = 2048;
-  char stack_[kStack];
-  std::vector<char> heap_;
-  char* data_ = stack_;
-};
+// A row staged between its format and a group's planes (on the stack up to
+// this size).
+using RowBuffer = absl::InlinedVector<char, 2048>;
 
 }  // namespace
 
 int64_t KvCodeBytes(DType dtype, int64_t n) {
   if (!IsBlockQuantized(dtype)) return DTypeRowBytes(dtype, n);
-  return n / kDTypeBlockElems * BlockCodeBytes(dtype);
+  return n / kDTypeBlockElems * DTypeBlockCodeBytes(dtype);
 }
 
 void ReadKvRowAt(DType dtype, const void* group, int64_t n,
@@ -56,7 +39,7 @@ void ReadKvRowAt(DType dtype, const void* group, int64_t n,
     std::memcpy(row, g + slot * code_bytes, code_bytes);
     return;
   }
-  const int64_t cb = BlockCodeBytes(dtype);
+  const int64_t cb = DTypeBlockCodeBytes(dtype);
   const char* codes = g + slot * code_bytes;
   const char* scales = g + KvScalesOffset(dtype, n, block_tokens);
   char* out = static_cast<char*>(row);
@@ -76,7 +59,7 @@ void WriteKvRowAt(DType dtype, const void* row, int64_t n, int64_t block_tokens,
     std::memcpy(g + slot * code_bytes, row, code_bytes);
     return;
   }
-  const int64_t cb = BlockCodeBytes(dtype);
+  const int64_t cb = DTypeBlockCodeBytes(dtype);
   char* codes = g + slot * code_bytes;
   char* scales = g + KvScalesOffset(dtype, n, block_tokens);
   const char* in = static_cast<const char*>(row);
@@ -95,10 +78,9 @@ void StoreKvRowAt(DType dtype, const float* src, int64_t n,
                static_cast<char*>(group) + slot * KvCodeBytes(dtype, n));
     return;
   }
-  RowBuffer buffer(DTypeRowBytes(dtype, n));
-  char* row = buffer.data();
-  StoreKvRow(dtype, src, n, row);
-  WriteKvRowAt(dtype, row, n, block_tokens, slot, group);
+  RowBuffer row(DTypeRowBytes(dtype, n));
+  StoreKvRow(dtype, src, n, row.data());
+  WriteKvRowAt(dtype, row.data(), n, block_tokens, slot, group);
 }
 
 void LoadKvRowAt(DType dtype, const void* group, int64_t n,
@@ -109,10 +91,9 @@ void LoadKvRowAt(DType dtype, const void* group, int64_t n,
               dst);
     return;
   }
-  RowBuffer buffer(DTypeRowBytes(dtype, n));
-  char* row = buffer.data();
-  ReadKvRowAt(dtype, group, n, block_tokens, slot, row);
-  LoadKvRow(dtype, row, n, dst);
+  RowBuffer row(DTypeRowBytes(dtype, n));
+  ReadKvRowAt(dtype, group, n, block_tokens, slot, row.data());
+  LoadKvRow(dtype, row.data(), n, dst);
 }
 
 void StoreKvRow(DType dtype, const float* src, int64_t n, void* dst) {

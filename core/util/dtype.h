@@ -31,6 +31,12 @@ constexpr bool IsBlockQuantized(DType t) {
 // element size: use DTypeRowBytes.
 inline int64_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 
+// A block type's bytes of codes per block of 32 elements (q8_0's 32
+// int8, q4_0's 16 bytes of nibbles); its f16 scale adds 2.
+constexpr int64_t DTypeBlockCodeBytes(DType t) {
+  return t == DType::kQ8_0 ? 32 : 16;
+}
+
 // Bytes of a row of n elements. REQUIRES for a block type: n % 32 == 0.
 inline int64_t DTypeRowBytes(DType t, int64_t n) {
   switch (t) {
@@ -39,9 +45,8 @@ inline int64_t DTypeRowBytes(DType t, int64_t n) {
     case DType::kBF16:
       return 2 * n;
     case DType::kQ8_0:
-      return n / kDTypeBlockElems * 34;
     case DType::kQ4_0:
-      return n / kDTypeBlockElems * 18;
+      return n / kDTypeBlockElems * (DTypeBlockCodeBytes(t) + 2);
   }
   return 0;
 }
